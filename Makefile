@@ -1,0 +1,44 @@
+# Every target sets itself up: a fresh clone needs only `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench docs lint typecheck pytest examples services clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "batchy needs Python 3.11+; set PYTHON=python3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,docs,mysql,memcache,redis,graphql,bench]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/blog.py
+
+services:
+	@bash scripts/ensure-services.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict batchy batchy_contrib
+
+pytest: $(STAMP) services
+	$(BIN)/pytest -q
+
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+examples: $(STAMP)
+	$(BIN)/python examples/blog.py --quiet
+
+test: lint typecheck pytest docs examples
+
+bench: $(STAMP) services
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) docs/_build .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,38 @@
+"""batchy: write data access one key at a time; batchy runs it one batch per loader per round."""
+
+from ._errors import BatchyError, LoaderError, MissingKeyError, UsageError, YieldError
+from ._future import Future, resolved
+from ._gather import gather
+from ._hooks import BatchEvent, Hook, RoundEvent, add_hook, hooked, remove_hook
+from ._loader import Loader, batched
+from ._run import run
+from ._scope import Scope, current_scope, scope
+from ._task import Task, TaskFunction, task
+
+__all__ = [
+    "BatchEvent",
+    "BatchyError",
+    "Future",
+    "Hook",
+    "Loader",
+    "LoaderError",
+    "MissingKeyError",
+    "RoundEvent",
+    "Scope",
+    "Task",
+    "TaskFunction",
+    "UsageError",
+    "YieldError",
+    "add_hook",
+    "batched",
+    "current_scope",
+    "gather",
+    "hooked",
+    "remove_hook",
+    "resolved",
+    "run",
+    "scope",
+    "task",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,217 @@
+"""The batch: one loader's distinct keys for one round, and the calls that resolve them.
+
+A batch is flushed exactly once. Its keys are split into chunks of
+``max_batch_size``, at most ``max_concurrency`` of them in flight at once; an
+async (or threaded) call runs as an asyncio task, so the batches of one round
+overlap. Every key's future is resolved when its call ends, whatever happens: a
+wrong answer or a raise fails every key of the call, and failed keys are evicted
+from the caches that hold them so a retry can succeed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import _hooks
+from ._errors import LoaderError, MissingKeyError, short_repr
+from ._future import Future
+
+if TYPE_CHECKING:
+    from ._loader import Loader
+    from ._scheduler import Scheduler
+
+__all__ = ["Batch"]
+
+
+class Batch:
+    """The keys one loader was asked for in one round."""
+
+    __slots__ = ("_caches", "_chunks", "_round", "futures", "keys", "loader", "sched")
+
+    def __init__(self, loader: Loader[Any, Any], sched: Scheduler) -> None:
+        self.loader = loader
+        self.sched = sched
+        self.keys: list[Any] = []  # distinct keys, as the user passed them
+        self.futures: dict[Any, Future[Any]] = {}  # cache key -> future
+        self._caches: list[dict[Any, Any]] = []  # scope caches that hold our futures
+        self._chunks: list[tuple[list[Any], list[Future[Any]]]] = []
+        self._round = 0
+
+    @property
+    def loader_name(self) -> str:
+        return self.loader.name
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def remember_cache(self, cache: dict[Any, Any]) -> None:
+        if not self._caches or self._caches[-1] is not cache:
+            if cache not in self._caches:
+                self._caches.append(cache)
+
+    # -- flushing -------------------------------------------------------------------
+
+    def _flush(self, round: int) -> None:
+        self._round = round
+        keys = self.keys
+        futs = list(self.futures.values())
+        size = self.loader.max_batch_size or len(keys)
+        self._chunks = [(keys[i : i + size], futs[i : i + size]) for i in range(0, len(keys), size)]
+        self._chunks.reverse()  # pop() from the end takes them in order
+        for _ in range(self.loader.max_concurrency or len(self._chunks)):
+            if not self._chunks:
+                break
+            self._start(*self._chunks.pop())
+
+    def _start(self, keys: list[Any], futs: list[Future[Any]]) -> None:
+        loader = self.loader
+        started = time.perf_counter()
+        try:
+            if loader.thread:
+                out: Any = self.sched.loop.run_in_executor(None, loader.fn, list(keys))
+            else:
+                out = loader.fn(list(keys))  # a copy: the function may keep or mutate it
+        except Exception as error:
+            self._finish(keys, futs, started, error=error)
+            return
+        if not inspect.isawaitable(out):
+            self._finish(keys, futs, started, result=out)
+            return
+        self.sched.batch_started()
+        afut = asyncio.ensure_future(out, loop=self.sched.loop)
+
+        def done(af: asyncio.Future[Any]) -> None:
+            if af.cancelled():
+                error: BaseException = asyncio.CancelledError()
+                self._finish(keys, futs, started, error=error)
+            elif (error_ := af.exception()) is not None:
+                self._finish(keys, futs, started, error=error_)
+            else:
+                self._finish(keys, futs, started, result=af.result())
+            if self._chunks:
+                self._start(*self._chunks.pop())
+            self.sched.batch_finished()
+
+        afut.add_done_callback(done)
+
+    def _finish(
+        self,
+        keys: list[Any],
+        futs: list[Future[Any]],
+        started: float,
+        result: Any = None,
+        error: BaseException | None = None,
+    ) -> None:
+        if error is None:
+            try:
+                values = self._values(keys, result)
+            except LoaderError as broken:
+                error = broken
+        else:
+            error = self._wrap(keys, error)
+        if error is not None:
+            for fut in futs:
+                fut._set_exception(error)
+            self._evict(futs)
+        else:
+            failed = []
+            for fut, value in zip(futs, values, strict=True):
+                if isinstance(value, BaseException):
+                    fut._set_exception(value)
+                    failed.append(fut)
+                else:
+                    fut._set_result(value)
+            if failed:
+                self._evict(failed)
+        if _hooks.hooks:
+            _hooks.emit_batch(
+                _hooks.BatchEvent(
+                    self.loader.name,
+                    tuple(keys),
+                    self._round,
+                    time.perf_counter() - started,
+                    error,
+                )
+            )
+
+    def _evict(self, futs: list[Future[Any]]) -> None:
+        if not self._caches:
+            return
+        gone = {id(f) for f in futs}
+        for ck, fut in self.futures.items():
+            if id(fut) in gone:
+                for cache in self._caches:
+                    if cache.get(ck) is fut:
+                        del cache[ck]
+
+    # -- checking what came back ----------------------------------------------------
+
+    def _values(self, keys: list[Any], result: Any) -> list[Any]:
+        name = self.loader.name
+        if isinstance(result, Mapping):
+            default = self.loader.default
+            values = []
+            for key in keys:
+                try:
+                    values.append(result[key])
+                except KeyError:
+                    if default is not _NO_DEFAULT:
+                        values.append(default)
+                    else:
+                        values.append(self._missing(key, result))
+            return values
+        if isinstance(result, Sequence) and not isinstance(result, (str, bytes)):
+            if len(result) != len(keys):
+                raise LoaderError(
+                    f"loader {name!r} returned {len(result)} values for {len(keys)} keys. "
+                    f"A batch function must return one value per key, in the order of the "
+                    f"keys (or a dict keyed by key). Keys: {short_repr(keys)}; returned: "
+                    f"{short_repr(list(result))}. For keys with no data, put None (or an "
+                    "exception) in their place.",
+                    loader=name,
+                    keys=keys,
+                )
+            return list(result)
+        raise LoaderError(
+            f"loader {name!r} returned {short_repr(result)} ({type(result).__name__}) for "
+            f"keys {short_repr(keys)}; a batch function must return a list with one value "
+            "per key, in the order of the keys, or a dict mapping each key to its value. "
+            "Did you forget a return statement?",
+            loader=name,
+            keys=keys,
+        )
+
+    def _missing(self, key: Any, result: Mapping[Any, Any]) -> MissingKeyError:
+        name = self.loader.name
+        return MissingKeyError(
+            f"loader {name!r} returned a dict with no entry for key {short_repr(key)} "
+            f"(it has keys {short_repr(list(result)[:10])}); return a value for every key, "
+            f"or give the loader a default: @batched(default=None).",
+            loader=name,
+            key=key,
+        )
+
+    def _wrap(self, keys: list[Any], error: BaseException) -> BaseException:
+        if isinstance(error, (LoaderError, asyncio.CancelledError)):
+            return error
+        name = self.loader.name
+        wrapped = LoaderError(
+            f"loader {name!r} raised {type(error).__name__}: {error} "
+            f"while loading keys {short_repr(keys)}",
+            loader=name,
+            keys=keys,
+        )
+        wrapped.__cause__ = error
+        return wrapped
+
+
+class _NoDefault:
+    def __repr__(self) -> str:
+        return "<no default>"
+
+
+_NO_DEFAULT: Any = _NoDefault()

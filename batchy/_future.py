@@ -1,0 +1,197 @@
+"""The future: one pending value and the waiters it wakes by callback when it is resolved.
+
+A future is both yieldable (from a generator handler) and awaitable (from an
+``async def`` handler, or from plain asyncio code). Inside a handler stepped by
+batchy, awaiting yields the future itself to the scheduler; anywhere else it
+bridges to an asyncio future so asyncio tasks can wait on it too.
+
+Futures and tasks start lazily: a task made outside a running loop starts when
+something first yields, awaits or runs it (``_activate``). That is what lets
+``batchy.run(gather(*tasks))`` build its tree before any loop exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from ._errors import UsageError
+from ._scheduler import Scheduler, current_scheduler, scheduler_for
+
+if TYPE_CHECKING:
+    from ._scope import Scope
+
+__all__ = ["Future", "Waiter", "from_asyncio", "resolved"]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+PENDING = 0
+DONE = 1
+FAILED = 2
+
+
+class Waiter(Protocol):
+    def _on_done(self, fut: Future[Any]) -> None: ...
+
+
+class Future(Generic[T_co]):
+    """A value that is not there yet: a loader key, a task's result, a gather.
+
+    Yield it from a generator handler or ``await`` it; read it with
+    :meth:`result` once :meth:`done`.
+    """
+
+    __slots__ = ("__weakref__", "_state", "_value", "_waiters")
+
+    def __init__(self) -> None:
+        self._state = PENDING
+        self._value: Any = None
+        self._waiters: list[Waiter] | None = None
+
+    def __repr__(self) -> str:
+        state = ("pending", "done", "failed")[self._state]
+        return f"<{type(self).__name__} {state}>"
+
+    # -- reading --------------------------------------------------------------------
+
+    def done(self) -> bool:
+        """True once the future has a result or an error."""
+        return self._state != PENDING
+
+    def result(self) -> T_co:
+        """The value; raises the error if the future failed."""
+        if self._state == DONE:
+            return self._value  # type: ignore[no-any-return]
+        if self._state == FAILED:
+            raise self._value
+        raise UsageError(
+            f"{self!r} has no result yet; yield or await it inside a handler, "
+            "or run it with batchy.run(...)"
+        )
+
+    def exception(self) -> BaseException | None:
+        """The error if the future failed, else ``None``."""
+        if self._state == PENDING:
+            self.result()  # raises the "no result yet" error
+        return self._value if self._state == FAILED else None
+
+    def add_done_callback(self, fn: Callable[[Future[T_co]], object]) -> None:
+        """Call ``fn(future)`` when the future is resolved (at once if it already is)."""
+        if self._state != PENDING:
+            fn(self)
+        else:
+            self._add_waiter(_Callback(fn))
+
+    # -- resolving (engine internal) ------------------------------------------------
+
+    def _add_waiter(self, waiter: Waiter) -> None:
+        if self._waiters is None:
+            self._waiters = [waiter]
+        else:
+            self._waiters.append(waiter)
+
+    def _set_result(self, value: Any) -> None:
+        self._state = DONE
+        self._value = value
+        waiters = self._waiters
+        if waiters is not None:
+            self._waiters = None
+            for w in waiters:
+                w._on_done(self)
+
+    def _set_exception(self, error: BaseException) -> None:
+        self._state = FAILED
+        self._value = error
+        waiters = self._waiters
+        if waiters is not None:
+            self._waiters = None
+            for w in waiters:
+                w._on_done(self)
+
+    def _copy_from(self, other: Future[Any]) -> None:
+        if other._state == DONE:
+            self._set_result(other._value)
+        else:
+            self._set_exception(other._value)
+
+    def _on_done(self, fut: Future[Any]) -> None:
+        # A future can wait on another one and take over its outcome.
+        self._copy_from(fut)
+
+    def _activate(self, sched: Scheduler, scope: Scope | None) -> None:
+        """Start whatever this future depends on; a plain future has nothing to start."""
+
+    # -- awaiting -------------------------------------------------------------------
+
+    def __await__(self) -> Generator[Any, None, T_co]:
+        if self._state == PENDING:
+            sched = current_scheduler()
+            if sched is not None and sched.current is not None:
+                # Inside a handler stepped by batchy: the task waits on us directly.
+                yield self
+            else:
+                yield from self._await_from_asyncio().__await__()
+        return self.result()
+
+    def _await_from_asyncio(self) -> asyncio.Future[Any]:
+        from ._scope import current_scope  # scopes sit above futures
+
+        loop = asyncio.get_running_loop()
+        sched = scheduler_for(loop)
+        self._activate(sched, current_scope())
+        bridge: asyncio.Future[Any] = loop.create_future()
+        if self._state == PENDING:
+            self._add_waiter(_ToAsyncio(bridge))
+        else:
+            bridge.set_result(None)
+        return bridge
+
+
+class _Callback:
+    __slots__ = ("fn", "context")
+
+    def __init__(self, fn: Callable[[Any], object]) -> None:
+        self.fn = fn
+        self.context = contextvars.copy_context()
+
+    def _on_done(self, fut: Future[Any]) -> None:
+        self.context.run(self.fn, fut)
+
+
+class _ToAsyncio:
+    """Wakes an asyncio waiter; the waiter reads the outcome from the batchy future."""
+
+    __slots__ = ("bridge",)
+
+    def __init__(self, bridge: asyncio.Future[Any]) -> None:
+        self.bridge = bridge
+
+    def _on_done(self, fut: Future[Any]) -> None:
+        if not self.bridge.done():
+            self.bridge.set_result(None)
+
+
+def resolved(value: T) -> Future[T]:
+    """A future that already holds ``value``."""
+    fut: Future[T] = Future()
+    fut._set_result(value)
+    return fut
+
+
+def from_asyncio(afut: asyncio.Future[Any]) -> Future[Any]:
+    """A batchy future that takes the outcome of an asyncio future when it is done."""
+    fut: Future[Any] = Future()
+
+    def copy(af: asyncio.Future[Any]) -> None:
+        if af.cancelled():
+            fut._set_exception(asyncio.CancelledError())
+        elif (error := af.exception()) is not None:
+            fut._set_exception(error)
+        else:
+            fut._set_result(af.result())
+
+    afut.add_done_callback(copy)
+    return fut

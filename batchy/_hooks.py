@@ -1,0 +1,104 @@
+"""Instrumentation: the only place where stats, tracing and debug output plug into the engine.
+
+The scheduler calls :func:`emit_round`, :func:`emit_batch` and :func:`emit_task_failed`
+and knows nothing about who listens. A hook is any object with some of the methods
+of :class:`Hook`; a hook that raises is logged and otherwise ignored, because a
+broken metrics exporter must never leave a handler waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BatchEvent", "Hook", "RoundEvent", "add_hook", "hooked", "remove_hook"]
+
+log = logging.getLogger("batchy")
+
+
+@dataclass(frozen=True, slots=True)
+class RoundEvent:
+    """A round started: every batch pending when no handler could go on is flushed."""
+
+    number: int
+    loaders: tuple[str, ...]
+    keys: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEvent:
+    """One call of a batch function finished (a chunk, when ``max_batch_size`` split it)."""
+
+    loader: str
+    keys: tuple[Any, ...]
+    round: int
+    duration: float
+    error: BaseException | None
+
+
+class Hook:
+    """Base class for hooks; override the events you care about.
+
+    >>> class Printer(Hook):
+    ...     def batch_flushed(self, event: BatchEvent) -> None:
+    ...         print(event.loader, len(event.keys))
+    """
+
+    def round_started(self, event: RoundEvent) -> None:
+        """Called when the scheduler flushes a round of batches."""
+
+    def batch_flushed(self, event: BatchEvent) -> None:
+        """Called when one call of a batch function has finished."""
+
+    def task_failed(self, task: Any, error: BaseException) -> None:
+        """Called when a handler raised; ``task`` is the :class:`batchy.Task`."""
+
+
+# A tuple, replaced on change: the scheduler reads it without locking and a
+# hook added or removed mid-round never disturbs an iteration in progress.
+hooks: tuple[Hook, ...] = ()
+
+
+def add_hook(hook: Hook) -> None:
+    """Register ``hook`` for every scheduler in the process."""
+    global hooks
+    hooks = (*hooks, hook)
+
+
+def remove_hook(hook: Hook) -> None:
+    """Unregister ``hook``; removing a hook that is not registered does nothing."""
+    global hooks
+    hooks = tuple(h for h in hooks if h is not hook)
+
+
+@contextlib.contextmanager
+def hooked(hook: Hook) -> Iterator[Hook]:
+    """Register ``hook`` for the duration of a ``with`` block."""
+    add_hook(hook)
+    try:
+        yield hook
+    finally:
+        remove_hook(hook)
+
+
+def _call(method: str, *args: Any) -> None:
+    for hook in hooks:
+        try:
+            getattr(hook, method)(*args)
+        except Exception:
+            log.exception("batchy hook %r failed in %s", hook, method)
+
+
+def emit_round(event: RoundEvent) -> None:
+    _call("round_started", event)
+
+
+def emit_batch(event: BatchEvent) -> None:
+    _call("batch_flushed", event)
+
+
+def emit_task_failed(task: Any, error: BaseException) -> None:
+    _call("task_failed", task, error)

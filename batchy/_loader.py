@@ -1,0 +1,239 @@
+"""The loader: a batch function plus its options; calling it with one key gives a future and files the key in this round's batch.
+
+Duplicate keys in one round are sent once, with the cache on or off. With the
+cache on, a key's future is also kept in the current scope, so the same key asked
+again in that scope (in any later round) costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from ._batch import _NO_DEFAULT, Batch
+from ._errors import UsageError, short_repr
+from ._future import Future, resolved
+from ._gather import FIRST, Gather
+from ._scheduler import _local, scheduler_for
+from ._scope import _current, current_scope
+
+if TYPE_CHECKING:
+    from ._scheduler import Scheduler
+    from ._scope import Scope
+
+__all__ = ["Loader", "batched"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+BatchResult = Sequence[V] | Mapping[K, V]
+BatchFn = Callable[[list[K]], BatchResult[K, V] | Awaitable[BatchResult[K, V]]]
+
+
+def _positive(name: str, value: int | None, loader: str) -> int | None:
+    if value is not None and (type(value) is not int or value < 1):
+        raise UsageError(
+            f"@batched {name}= for loader {loader!r} must be a positive int or None, "
+            f"got {short_repr(value)}"
+        )
+    return value
+
+
+class Loader(Generic[K, V]):
+    """A batched data-access function. Call it with one key to get a :class:`Future`.
+
+    Made with :func:`batchy.batched`; see there for the options.
+    """
+
+    def __init__(
+        self,
+        fn: BatchFn[K, V],
+        *,
+        name: str | None = None,
+        max_batch_size: int | None = None,
+        max_concurrency: int | None = None,
+        cache: bool = True,
+        key: Callable[[K], Any] | None = None,
+        thread: bool = False,
+        default: Any = _NO_DEFAULT,
+    ) -> None:
+        if not callable(fn):
+            raise UsageError(
+                f"@batched expects a function taking a list of keys, got {short_repr(fn)}"
+            )
+        self.fn = fn
+        self.name: str = name or getattr(fn, "__qualname__", None) or repr(fn)
+        self.max_batch_size = _positive("max_batch_size", max_batch_size, self.name)
+        self.max_concurrency = _positive("max_concurrency", max_concurrency, self.name)
+        self.cache = cache
+        self.key_fn = key
+        self.default = default
+        if thread and inspect.iscoroutinefunction(fn):
+            raise UsageError(
+                f"loader {self.name!r} is async def and cannot run in a thread; "
+                "drop thread=True (it already runs concurrently)"
+            )
+        self.thread = thread
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<batchy.Loader {self.name}>"
+
+    # -- loading --------------------------------------------------------------------
+
+    def __call__(self, key: K) -> Future[V]:
+        """A future for ``key``'s value, batched with every other key of this round."""
+        sched = _local.sched
+        if sched is not None:
+            task = sched.current
+            scope = task._scope if task is not None else _current.get()
+        else:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return _LazyLoad(self, key)  # no loop yet: file the key when it starts
+            sched = scheduler_for(loop)
+            scope = _current.get()
+        return self._load(sched, scope, key)
+
+    def many(self, keys: Iterable[K]) -> Future[list[V]]:
+        """A future for the values of ``keys``, in order (one batch, not one per key)."""
+        return Gather([self(k) for k in keys], None, FIRST)
+
+    def _load(self, sched: Scheduler, scope: Scope | None, key: K) -> Future[V]:
+        # The hot path of the engine: keep it to dict look-ups.
+        ck = key if self.key_fn is None else self.key_fn(key)
+        cache = None
+        try:
+            if scope is not None and self.cache:
+                cache = scope._caches.get(self)
+                if cache is None:
+                    cache = scope._caches[self] = {}
+                else:
+                    fut = cache.get(ck)
+                    if fut is not None:
+                        return fut  # type: ignore[no-any-return]
+            batch: Batch | None = sched._open.get(self)  # type: ignore[assignment]
+            if batch is None:
+                batch = Batch(self, sched)
+                sched.add_batch(self, batch)
+            futures = batch.futures
+            fut = futures.get(ck)
+        except TypeError:
+            raise self._unhashable(key, ck) from None
+        if fut is None:
+            fut = futures[ck] = Future()
+            batch.keys.append(key)
+        if cache is not None:
+            cache[ck] = fut
+            caches = batch._caches
+            if not caches or caches[-1] is not cache:
+                batch.remember_cache(cache)
+        return fut  # type: ignore[no-any-return]
+
+    def _unhashable(self, key: Any, ck: Any) -> UsageError:
+        what = "key" if ck is key else f"cache key {short_repr(ck)} (from key=) of key"
+        return UsageError(
+            f"loader {self.name!r} got {what} {short_repr(key)} ({type(ck).__name__}), "
+            "which cannot be hashed; pass key= to @batched to turn keys into hashable "
+            "cache keys (for example key=tuple for lists)"
+        )
+
+    # -- the cache of the current scope ---------------------------------------------
+
+    def _scope_cache(self, action: str) -> dict[Any, Any]:
+        scope = current_scope()
+        if scope is None:
+            raise UsageError(
+                f"{self.name}.{action}() needs a scope: call it inside a handler, "
+                "batchy.run(...) or 'with batchy.scope():'"
+            )
+        return scope.cache_for(self)
+
+    def prime(self, key: K, value: V) -> None:
+        """Put ``value`` in the current scope's cache for ``key``, unless it is there already."""
+        cache = self._scope_cache("prime")
+        ck = key if self.key_fn is None else self.key_fn(key)
+        if ck not in cache:
+            cache[ck] = resolved(value)
+
+    def clear(self, *keys: K) -> None:
+        """Forget ``keys`` (all keys when none are given) in the current scope's cache."""
+        cache = self._scope_cache("clear")
+        if not keys:
+            cache.clear()
+        for key in keys:
+            cache.pop(key if self.key_fn is None else self.key_fn(key), None)
+
+
+class _LazyLoad(Future[Any]):
+    """A load made before any loop runs: it joins a batch when something first waits on it."""
+
+    __slots__ = ("_key", "_loader")
+
+    def __init__(self, loader: Loader[Any, Any], key: Any) -> None:
+        super().__init__()
+        self._loader: Loader[Any, Any] | None = loader
+        self._key = key
+
+    def _activate(self, sched: Scheduler, scope: Scope | None) -> None:
+        loader, self._loader = self._loader, None
+        if loader is not None:
+            real = loader._load(sched, scope, self._key)
+            if real.done():
+                self._copy_from(real)
+            else:
+                real._add_waiter(self)
+
+
+@overload
+def batched(fn: BatchFn[K, V], /) -> Loader[K, V]: ...
+@overload
+def batched(
+    *,
+    name: str | None = None,
+    max_batch_size: int | None = None,
+    max_concurrency: int | None = None,
+    cache: bool = True,
+    key: Callable[[Any], Any] | None = None,
+    thread: bool = False,
+    default: Any = _NO_DEFAULT,
+) -> Callable[[BatchFn[K, V]], Loader[K, V]]: ...
+def batched(
+    fn: BatchFn[K, V] | None = None,
+    /,
+    **options: Any,
+) -> Loader[K, V] | Callable[[BatchFn[K, V]], Loader[K, V]]:
+    """Turn a function from a list of keys to their values into a :class:`Loader`.
+
+    The function (plain or ``async def``) gets distinct keys and returns one value
+    per key in the same order, or a dict keyed by key. A value that is an
+    exception fails only its key. Options:
+
+    - ``max_batch_size``: split bigger batches into chunks, flushed concurrently;
+    - ``max_concurrency``: at most this many chunks in flight at once;
+    - ``cache`` (default ``True``): remember values per scope;
+    - ``key``: map a key to its cache key (for unhashable keys);
+    - ``name``: the name in errors and traces (default: the function's);
+    - ``thread``: run a blocking plain function in the loop's thread pool so it
+      overlaps with other batches;
+    - ``default``: the value of keys missing from a returned dict (default: fail
+      them with :class:`MissingKeyError`).
+
+    ::
+
+        @batchy.batched(max_batch_size=500)
+        async def users_by_id(ids):
+            rows = await db.fetch("SELECT * FROM users WHERE id IN (...)", ids)
+            return {row["id"]: row for row in rows}
+    """
+    if fn is not None:
+        return Loader(fn, **options)
+
+    def decorate(f: BatchFn[K, V]) -> Loader[K, V]:
+        return Loader(f, **options)
+
+    return decorate

@@ -1,0 +1,184 @@
+"""The scheduler: one per event loop; it runs ready handlers and, when none can go on, flushes every pending batch at once.
+
+It knows two small protocols and nothing else: a *runnable* (a task) has
+``_step()``, and a *batch* has ``_flush(round)``. Tasks put themselves on the
+ready queue when a future they wait on is resolved (by callback: nothing is ever
+re-walked), and loaders open one batch per loader per round here.
+
+When a round ends
+-----------------
+A round ends when the ready queue is empty *and* the event loop has nothing else
+ready to run. The second condition matters because handlers also run as plain
+asyncio tasks (a GraphQL resolver awaiting a loader): they reach the loader only
+after some loop iterations, and flushing before them would split the batch. So
+when the loop still has ready callbacks we step aside for one iteration
+(``call_soon``) and look again. Under a loop that is never idle we flush anyway
+after ``max_defer`` iterations, so a busy server trades a little batch size for
+bounded latency. There is no timer: an idle loop flushes at once.
+
+Batches in flight do not block a round: when a fast batch finishes, its waiters
+run and their new keys are flushed while a slow batch is still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections import deque
+from typing import Any, Protocol
+
+from . import _hooks
+
+__all__ = ["Scheduler", "current_scheduler", "scheduler_for"]
+
+
+class Runnable(Protocol):
+    def _step(self) -> None: ...
+
+
+class Batch(Protocol):
+    loader_name: str
+
+    def __len__(self) -> int: ...
+
+    def _flush(self, round: int) -> None: ...
+
+
+class _Local(threading.local):
+    sched: Scheduler | None = None
+
+
+_local = _Local()
+_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scheduler] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def current_scheduler() -> Scheduler | None:
+    """The scheduler whose ready queue is being run on this thread right now, if any."""
+    return _local.sched
+
+
+def scheduler_for(loop: asyncio.AbstractEventLoop) -> Scheduler:
+    """The scheduler of ``loop``, created on first use."""
+    sched = _schedulers.get(loop)
+    if sched is None:
+        sched = _schedulers[loop] = Scheduler(loop)
+    return sched
+
+
+class Scheduler:
+    """Ready queue, open batches and rounds of one event loop."""
+
+    #: Loop iterations a flush may wait for other asyncio work to block.
+    max_defer = 64
+
+    __slots__ = (
+        "__weakref__",
+        "_deferred",
+        "_inflight",
+        "_open",
+        "_ready",
+        "_running",
+        "_scheduled",
+        "current",
+        "loop",
+        "round",
+    )
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._ready: deque[Runnable] = deque()
+        # loader -> its batch for the next round; a dict keeps flush order stable.
+        self._open: dict[object, Batch] = {}
+        self._running = False
+        self._scheduled = False
+        self._deferred = 0
+        self._inflight = 0
+        self.current: Any = None  # the task being stepped, read by loaders and futures
+        self.round = 0
+
+    # -- called by tasks and loaders ------------------------------------------------
+
+    def enqueue(self, runnable: Runnable) -> None:
+        """Make ``runnable`` run soon; wakes the scheduler if it is idle."""
+        self._ready.append(runnable)
+        if not self._running and not self._scheduled:
+            self._schedule()
+
+    def open_batch(self, loader: object) -> Batch | None:
+        return self._open.get(loader)
+
+    def add_batch(self, loader: object, batch: Batch) -> None:
+        self._open[loader] = batch
+        if not self._running and not self._scheduled:
+            self._schedule()
+
+    def batch_started(self) -> None:
+        self._inflight += 1
+
+    def batch_finished(self) -> None:
+        """A batch call finished and resolved its futures: run what it woke, now."""
+        self._inflight -= 1
+        if not self._running:
+            self.run()
+
+    def has_work(self) -> bool:
+        """True while anything is ready, pending or in flight on this scheduler."""
+        return bool(self._ready or self._open or self._inflight)
+
+    # -- the loop -------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        self._scheduled = True
+        self.loop.call_soon(self.run)
+
+    def _loop_busy(self) -> bool:
+        # CPython's loop keeps its ready callbacks in ``_ready``; other loops
+        # (uvloop) do not expose it, and there one extra iteration is the best guess.
+        ready = getattr(self.loop, "_ready", None)
+        if ready is None:
+            return self._deferred < 1
+        return len(ready) > 0
+
+    def run(self) -> None:
+        """Step ready tasks until none is left, flushing a round whenever all are blocked."""
+        self._scheduled = False
+        if self._running:
+            return
+        self._running = True
+        outer = _local.sched
+        _local.sched = self
+        ready = self._ready
+        try:
+            while True:
+                while ready:
+                    ready.popleft()._step()
+                if not self._open:
+                    self._deferred = 0
+                    return
+                if self._deferred < self.max_defer and self._loop_busy():
+                    self._deferred += 1
+                    self._schedule()
+                    return
+                self._deferred = 0
+                self._flush()
+        finally:
+            _local.sched = outer
+            self._running = False
+
+    def _flush(self) -> None:
+        batches = list(self._open.values())
+        self._open.clear()
+        self.round += 1
+        if _hooks.hooks:
+            _hooks.emit_round(
+                _hooks.RoundEvent(
+                    self.round,
+                    tuple(b.loader_name for b in batches),
+                    sum(len(b) for b in batches),
+                )
+            )
+        for batch in batches:
+            batch._flush(self.round)

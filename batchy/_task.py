@@ -1,0 +1,237 @@
+"""The task: steps one handler, a generator or a coroutine, through one code path.
+
+Both kinds have ``send`` and ``throw``. A generator handler yields what it waits
+on and is sent the result; a coroutine handler awaits, and its ``__await__``
+yields the future to us and reads the result itself, so it is sent ``None``.
+A task waits on exactly one future at a time (a yielded list becomes one
+:class:`~batchy._gather.Gather`) and is put back on the ready queue by that
+future's callback: a blocked task costs nothing until it can go on.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from . import _hooks
+from ._errors import UsageError, YieldError, short_repr
+from ._future import DONE, PENDING, Future, from_asyncio
+from ._gather import _Awaitable, _BadLeaf, shape_of
+from ._scheduler import Scheduler
+from ._scope import Scope
+
+__all__ = ["Task", "TaskFunction", "task"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+Handler = Generator[Any, Any, T] | Coroutine[Any, Any, T]
+
+
+class Task(Future[T]):
+    """A running handler; resolves to what the handler returns.
+
+    Made by calling a function decorated with :func:`batchy.task`. Yield it,
+    await it, gather it or pass it to :func:`batchy.run`.
+    """
+
+    __slots__ = ("_coro", "_func", "_is_coro", "_sched", "_scope", "_waiting")
+
+    def __init__(self, coro: Handler[T], func: Callable[..., Any], is_coro: bool) -> None:
+        # Future.__init__ inlined: a page of handlers makes tens of thousands of tasks.
+        self._state = PENDING
+        self._value: Any = None
+        self._waiters: list[Any] | None = None
+        self._coro = coro
+        self._func = func
+        self._is_coro = is_coro
+        self._sched: Scheduler | None = None
+        self._scope: Scope | None = None
+        self._waiting: Future[Any] | None = None
+
+    @property
+    def name(self) -> str:
+        """The handler's qualified name."""
+        return getattr(self._func, "__qualname__", repr(self._func))
+
+    @property
+    def scope(self) -> Scope | None:
+        """The scope this task runs in (``None`` until it starts)."""
+        return self._scope
+
+    def __repr__(self) -> str:
+        state = ("pending", "done", "failed")[self._state]
+        return f"<batchy.Task {self.name} {state}>"
+
+    def _location(self) -> str:
+        frame = getattr(self._coro, "gi_frame", None) or getattr(self._coro, "cr_frame", None)
+        if frame is not None:
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        code = self._func.__code__
+        return f"{code.co_filename}:{code.co_firstlineno}"
+
+    def _activate(self, sched: Scheduler, scope: Scope | None) -> None:
+        if self._sched is None:
+            self._sched = sched
+            # A task started from plain asyncio code outside any scope gets a
+            # scope of its own: its subtree shares a cache, nobody else does.
+            self._scope = scope if scope is not None else Scope()
+            sched.enqueue(self)
+        elif self._sched is not sched:
+            raise UsageError(
+                f"task {self.name} was started on one event loop and awaited on another; "
+                "create the task on the loop that awaits it"
+            )
+
+    def _on_done(self, fut: Future[Any]) -> None:
+        sched: Scheduler = self._sched  # type: ignore[assignment]
+        sched._ready.append(self)  # Scheduler.enqueue, inlined for the hot path
+        if not sched._running and not sched._scheduled:
+            sched._schedule()
+
+    def _step(self) -> None:
+        sched: Scheduler = self._sched  # type: ignore[assignment]
+        fut = self._waiting
+        self._waiting = None
+        send: Any = None
+        throw: BaseException | None = None
+        if fut is not None and not self._is_coro:
+            if fut._state == DONE:
+                send = fut._value
+            else:
+                throw = fut._value
+        coro = self._coro
+        prev = sched.current
+        sched.current = self
+        try:
+            while True:
+                try:
+                    y = coro.send(send) if throw is None else coro.throw(throw)
+                except StopIteration as stop:
+                    self._set_result(stop.value)
+                    return
+                except BaseException as error:
+                    self._fail(error)
+                    if not isinstance(error, Exception):
+                        raise  # KeyboardInterrupt, SystemExit: the process decides
+                    return
+                send = None
+                throw = None
+                if not isinstance(y, Future):
+                    y = self._to_future(y, sched)
+                    if y is None:
+                        return
+                elif type(y) is not Future:
+                    y._activate(sched, self._scope)
+                if y._state == PENDING:
+                    self._waiting = y
+                    waiters = y._waiters  # Future._add_waiter, inlined
+                    if waiters is None:
+                        y._waiters = [self]
+                    else:
+                        waiters.append(self)
+                    return
+                # Already resolved: go on without a trip through the ready queue.
+                if not self._is_coro:
+                    if y._state == DONE:
+                        send = y._value
+                    else:
+                        throw = y._value
+        finally:
+            sched.current = prev
+
+    def _to_future(self, y: Any, sched: Scheduler) -> Future[Any] | None:
+        """Turn a yielded non-future into a future to wait on (``None``: wait for the loop)."""
+        fut: Future[Any]
+        if isinstance(y, (list, tuple, dict)):
+            try:
+                fut = shape_of(y)
+            except _BadLeaf as bad:
+                return _failed(self._yield_error(bad.value, inside=y))
+            fut._activate(sched, self._scope)
+            return fut
+        if y is None and self._is_coro:
+            # A bare yield from asyncio (``await asyncio.sleep(0)``): let the loop run once.
+            sched.loop.call_soon(sched.enqueue, self)
+            return None
+        if getattr(y, "_asyncio_future_blocking", None) is not None:
+            y._asyncio_future_blocking = False
+            return from_asyncio(y)
+        if inspect.isawaitable(y):
+            fut = _Awaitable(y)
+            fut._activate(sched, self._scope)
+            return fut
+        return _failed(self._yield_error(y))
+
+    def _yield_error(self, value: Any, inside: Any = None) -> YieldError:
+        where = f" inside {short_repr(inside)}" if inside is not None else ""
+        if callable(value):
+            hint = "Did you forget to call it?"
+        elif value is None:
+            hint = "A bare 'yield' waits for nothing: yield a future, or remove it."
+        else:
+            hint = "To use a plain value, assign it instead of yielding it."
+        return YieldError(
+            f"handler {self.name} ({self._location()}) yielded {short_repr(value)} "
+            f"({type(value).__name__}){where}; a handler may yield a batchy future or "
+            f"task, an asyncio awaitable, or a list / tuple / dict of them. {hint}"
+        )
+
+    def _fail(self, error: BaseException) -> None:
+        self._set_exception(error)
+        if _hooks.hooks:
+            _hooks.emit_task_failed(self, error)
+
+
+def _failed(error: BaseException) -> Future[Any]:
+    fut: Future[Any] = Future()
+    fut._set_exception(error)
+    return fut
+
+
+class TaskFunction(Generic[P, T]):
+    """A handler decorated with :func:`batchy.task`; calling it makes a :class:`Task`."""
+
+    def __init__(self, fn: Callable[P, Handler[T]]) -> None:
+        if not (inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn)):
+            raise UsageError(
+                f"@batchy.task expects a generator function (one that yields) or an "
+                f"async def; {getattr(fn, '__qualname__', fn)!r} is neither. Yield the "
+                "futures it waits on, or make it async def and await them."
+            )
+        self.fn = fn
+        self._is_coro = inspect.iscoroutinefunction(fn)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Task[T]:
+        return Task(self.fn(*args, **kwargs), self.fn, self._is_coro)
+
+    def __get__(self, obj: object, objtype: type | None = None) -> Any:
+        # Decorated methods: bind like a function would.
+        if obj is None:
+            return self
+        return functools.partial(self.__call__, obj)
+
+    def __repr__(self) -> str:
+        return f"<batchy.task {self.fn.__qualname__}>"
+
+
+@overload
+def task(fn: Callable[P, Generator[Any, Any, T]]) -> TaskFunction[P, T]: ...
+@overload
+def task(fn: Callable[P, Coroutine[Any, Any, T]]) -> TaskFunction[P, T]: ...
+def task(fn: Callable[P, Any]) -> TaskFunction[P, Any]:
+    """Make a handler: a generator function that yields futures, or an ``async def``.
+
+    Calling the result gives a :class:`Task`, which starts when it is first
+    yielded, awaited or run::
+
+        @batchy.task
+        def comment_view(cid):
+            comment = yield comments_by_id(cid)
+            author = yield users_by_id(comment["user_id"])
+            return {**comment, "author": author}
+    """
+    return TaskFunction(fn)

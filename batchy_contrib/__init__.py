@@ -1,0 +1,1 @@
+"""Integrations of batchy with third-party stores and frameworks, each behind its extra."""

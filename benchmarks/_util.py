@@ -1,0 +1,45 @@
+"""Shared benchmark plumbing: medians over repeated runs and a table of ratios to peers."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def median_time(fn: Callable[[], Any], *, repeat: int = 9, warmup: int = 2) -> float:
+    """Median wall time of ``fn()`` in seconds (after ``warmup`` unmeasured runs)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table (also valid reStructuredText simple-table-ish markdown)."""
+    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    line = "  ".join("-" * w for w in widths)
+    out = [title, line]
+    for i, r in enumerate(cells):
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        if i == 0:
+            out.append(line)
+    out.append(line)
+    return "\n".join(out)
+
+
+def ratio(peer: float, ours: float) -> str:
+    """How many times faster we are than ``peer`` (``peer / ours``)."""
+    return f"{peer / ours:.1f}x" if ours > 0 else "n/a"
