@@ -49,9 +49,8 @@ class Batch:
         return len(self.keys)
 
     def remember_cache(self, cache: dict[Any, Any]) -> None:
-        if not self._caches or self._caches[-1] is not cache:
-            if cache not in self._caches:
-                self._caches.append(cache)
+        if cache not in self._caches:
+            self._caches.append(cache)
 
     # -- flushing -------------------------------------------------------------------
 

@@ -15,13 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ._errors import UsageError
 from ._scheduler import Scheduler, current_scheduler, scheduler_for
-
-if TYPE_CHECKING:
-    from ._scope import Scope
+from ._scope import Scope, current_scope
 
 __all__ = ["Future", "Waiter", "from_asyncio", "resolved"]
 
@@ -137,8 +135,6 @@ class Future(Generic[T_co]):
         return self.result()
 
     def _await_from_asyncio(self) -> asyncio.Future[Any]:
-        from ._scope import current_scope  # scopes sit above futures
-
         loop = asyncio.get_running_loop()
         sched = scheduler_for(loop)
         self._activate(sched, current_scope())
@@ -151,7 +147,7 @@ class Future(Generic[T_co]):
 
 
 class _Callback:
-    __slots__ = ("fn", "context")
+    __slots__ = ("context", "fn")
 
     def __init__(self, fn: Callable[[Any], object]) -> None:
         self.fn = fn

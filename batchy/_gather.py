@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from ._errors import short_repr
+from ._errors import YieldError, short_repr
 from ._future import FAILED, PENDING, Future, from_asyncio
 
 if TYPE_CHECKING:
@@ -184,8 +184,6 @@ def gather(
     try:
         return shape_of(list(aws), mode)
     except _BadLeaf as bad:
-        from ._errors import YieldError
-
         raise YieldError(
             f"batchy.gather() got {short_repr(bad.value)} ({type(bad.value).__name__}); "
             "it takes batchy futures and tasks or asyncio awaitables. "

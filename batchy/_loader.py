@@ -1,8 +1,9 @@
-"""The loader: a batch function plus its options; calling it with one key gives a future and files the key in this round's batch.
+"""The loader: a batch function and its options; calling it files one key in this round's batch.
 
-Duplicate keys in one round are sent once, with the cache on or off. With the
-cache on, a key's future is also kept in the current scope, so the same key asked
-again in that scope (in any later round) costs nothing.
+Calling a loader with one key gives a future. Duplicate keys in one round are
+sent once, with the cache on or off. With the cache on, a key's future is also
+kept in the current scope, so the same key asked again in that scope (in any
+later round) costs nothing.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ class Loader(Generic[K, V]):
             caches = batch._caches
             if not caches or caches[-1] is not cache:
                 batch.remember_cache(cache)
-        return fut  # type: ignore[no-any-return]
+        return fut
 
     def _unhashable(self, key: Any, ck: Any) -> UsageError:
         what = "key" if ck is key else f"cache key {short_repr(ck)} (from key=) of key"

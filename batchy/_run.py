@@ -1,4 +1,4 @@
-"""The synchronous entry point: run a tree of handlers to its result from code that has no event loop."""
+"""The synchronous entry point: run handlers to their result from code with no event loop."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The scheduler: one per event loop; it runs ready handlers and, when none can go on, flushes every pending batch at once.
+"""The scheduler: runs ready handlers and, when none can go on, flushes every pending batch at once.
+
+There is one scheduler per event loop.
 
 It knows two small protocols and nothing else: a *runnable* (a task) has
 ``_step()``, and a *batch* has ``_flush(round)``. Tasks put themselves on the
@@ -38,7 +40,8 @@ class Runnable(Protocol):
 
 
 class Batch(Protocol):
-    loader_name: str
+    @property
+    def loader_name(self) -> str: ...
 
     def __len__(self) -> int: ...
 

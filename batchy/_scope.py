@@ -1,4 +1,4 @@
-"""Scopes: where loader caches live (one ``batchy.run``, one request, one job), so nothing leaks between them.
+"""Scopes: where loader caches live (one run, one request, one job), so nothing leaks between them.
 
 A task runs in the scope it was started in and passes it to the tasks it starts.
 Code outside any task finds its scope in a context variable, set by

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -212,7 +213,7 @@ class TaskFunction(Generic[P, T]):
         # Decorated methods: bind like a function would.
         if obj is None:
             return self
-        return functools.partial(self.__call__, obj)
+        return types.MethodType(self, obj)
 
     def __repr__(self) -> str:
         return f"<batchy.task {self.fn.__qualname__}>"

@@ -1,4 +1,4 @@
-"""Test helpers: record the batches a piece of code makes, and guard a handler against N+1 regressions.
+"""Test helpers: record the batches code makes, and guard handlers against N+1 regressions.
 
 ::
 
@@ -17,8 +17,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ._hooks import BatchEvent, Hook, RoundEvent, hooked
-from ._loader import Loader
+from batchy import BatchEvent, Hook, Loader, RoundEvent, hooked
 
 __all__ = ["Recorder", "record"]
 

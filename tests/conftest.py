@@ -1,4 +1,4 @@
-"""Shared fixtures: real servers (MariaDB, Redis, memcached), which fail loudly under CI=true when missing."""
+"""Shared fixtures: real servers (MariaDB, Redis, memcached); under CI=true a missing one fails."""
 
 from __future__ import annotations
 

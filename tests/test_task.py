@@ -1,0 +1,318 @@
+"""Handlers: generators and coroutines, what they may yield, and how errors travel."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import batchy
+from batchy.testing import record
+
+
+def make_loader(calls: list[list[Any]], fail: set[Any] = frozenset()) -> batchy.Loader[Any, Any]:
+    @batchy.batched
+    def double(keys: list[Any]) -> list[Any]:
+        calls.append(keys)
+        return [ValueError(f"bad {k}") if k in fail else k * 2 for k in keys]
+
+    return double
+
+
+def test_yield_shapes_give_results_in_the_same_shape() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+
+    @batchy.task
+    def handler() -> Any:
+        one = yield double(1)
+        pair = yield double(2), double(3)
+        listed = yield [double(4), [double(5), double(6)]]
+        mapped = yield {"a": double(7), "b": (double(8),)}
+        empty = yield []
+        return one, pair, listed, mapped, empty
+
+    assert batchy.run(handler()) == (2, (4, 6), [8, [10, 12]], {"a": 14, "b": (16,)}, [])
+    assert calls == [[1], [2, 3], [4, 5, 6], [7, 8]]
+
+
+def test_generator_and_async_handlers_nest_freely() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+
+    @batchy.task
+    async def leaf(k: int) -> int:
+        return await double(k) + 1
+
+    @batchy.task
+    def middle(k: int) -> Any:
+        a, b = yield leaf(k), double(k + 100)
+        return a + b
+
+    @batchy.task
+    async def top() -> list[int]:
+        return await batchy.gather(middle(1), middle(2))
+
+    assert batchy.run(top()) == [2 + 1 + 202, 4 + 1 + 204]
+    assert calls == [[101, 102, 1, 2]]  # started tasks run after the current ones
+
+
+def test_generator_may_yield_asyncio_awaitables_that_run_concurrently() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+
+    async def http_call(x: int) -> int:
+        await asyncio.sleep(0.01)
+        return x
+
+    @batchy.task
+    def handler() -> Any:
+        a, b, c = yield http_call(1), http_call(2), double(3)
+        fut = asyncio.ensure_future(http_call(4))
+        d = yield fut
+        return a, b, c, d
+
+    assert batchy.run(handler()) == (1, 2, 6, 4)
+    assert calls == [[3]]
+
+
+def test_async_handler_can_await_asyncio_code() -> None:
+    @batchy.task
+    async def handler() -> int:
+        await asyncio.sleep(0)
+        await asyncio.sleep(0.001)
+        return 5
+
+    assert batchy.run(handler()) == 5
+
+
+def test_error_is_thrown_into_the_parent_at_its_yield() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls, fail={2})
+
+    @batchy.task
+    def child(k: int) -> Any:
+        value = yield double(k)
+        return value
+
+    @batchy.task
+    def parent() -> Any:
+        try:
+            yield child(2)
+        except ValueError as e:
+            caught = str(e)
+        ok = yield child(1)
+        return caught, ok
+
+    assert batchy.run(parent()) == ("bad 2", 2)
+    assert calls == [[2], [1]]
+
+
+def test_async_parent_catches_child_error() -> None:
+    @batchy.task
+    async def child() -> None:
+        raise KeyError("gone")
+
+    @batchy.task
+    async def parent() -> str:
+        try:
+            await child()
+        except KeyError:
+            return "caught"
+        return "not caught"
+
+    assert batchy.run(parent()) == "caught"
+
+
+def test_parallel_yield_runs_every_sibling_and_raises_the_first_error() -> None:
+    finished: list[int] = []
+
+    @batchy.task
+    def child(k: int) -> Any:
+        yield batchy.resolved(None)
+        finished.append(k)
+        if k % 2:
+            raise ValueError(f"child {k} failed")
+        return k
+
+    @batchy.task
+    def parent() -> Any:
+        yield [child(k) for k in range(6)]
+
+    with pytest.raises(ValueError, match="child 1 failed") as info:
+        batchy.run(parent())
+    assert sorted(finished) == list(range(6))
+    assert info.value.__notes__ == [
+        "batchy: 2 other error(s) in the same parallel yield: ValueError('child 3 failed'), "
+        "ValueError('child 5 failed') (gather with raise_group=True to get them all)"
+    ]
+
+
+def test_raise_group_gives_every_error() -> None:
+    @batchy.task
+    def child(k: int) -> Any:
+        yield batchy.resolved(None)
+        raise ValueError(k)
+
+    with pytest.raises(ExceptionGroup) as info:
+        batchy.run(batchy.gather(child(1), child(2), raise_group=True))
+    assert [e.args[0] for e in info.value.exceptions] == [1, 2]
+
+
+def test_return_exceptions_puts_errors_in_the_results() -> None:
+    @batchy.task
+    def child(k: int) -> Any:
+        yield batchy.resolved(None)
+        if k == 2:
+            raise ValueError(k)
+        return k
+
+    result = batchy.run(batchy.gather(child(1), child(2), return_exceptions=True))
+    assert result[0] == 1
+    assert isinstance(result[1], ValueError)
+
+
+def test_yielding_a_plain_value_names_handler_file_line_and_value() -> None:
+    @batchy.task
+    def handler() -> Any:
+        yield 42
+
+    with pytest.raises(batchy.YieldError) as info:
+        batchy.run(handler())
+    message = str(info.value)
+    assert message.startswith(
+        "handler test_yielding_a_plain_value_names_handler_file_line_and_value.<locals>.handler ("
+    )
+    assert "test_task.py:" in message
+    assert "yielded 42 (int)" in message
+    assert "To use a plain value, assign it instead of yielding it." in message
+    assert isinstance(info.value, TypeError)
+
+
+def test_yielding_a_function_suggests_calling_it() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+
+    @batchy.task
+    def handler() -> Any:
+        yield [double(1), double]
+
+    with pytest.raises(
+        batchy.YieldError,
+        match=r"inside \[<Future pending>, <batchy.Loader .*double>\].*Did you forget to call it\?",
+    ):
+        batchy.run(handler())
+
+
+def test_bare_yield_is_an_error_in_generators() -> None:
+    @batchy.task
+    def handler() -> Any:
+        yield
+
+    with pytest.raises(batchy.YieldError, match="A bare 'yield' waits for nothing"):
+        batchy.run(handler())
+
+
+def test_yield_error_can_be_caught_by_the_handler() -> None:
+    @batchy.task
+    def handler() -> Any:
+        try:
+            yield object()
+        except TypeError:
+            return "recovered"
+        return "no"
+
+    assert batchy.run(handler()) == "recovered"
+
+
+def test_task_decorator_rejects_plain_functions() -> None:
+    def plain() -> int:
+        return 1
+
+    with pytest.raises(batchy.UsageError) as info:
+        batchy.task(plain)  # type: ignore[call-overload]
+    assert str(info.value) == (
+        "@batchy.task expects a generator function (one that yields) or an async def; "
+        "'test_task_decorator_rejects_plain_functions.<locals>.plain' is neither. Yield the "
+        "futures it waits on, or make it async def and await them."
+    )
+
+
+def test_tasks_as_methods_bind_self() -> None:
+    class Views:
+        factor = 3
+
+        @batchy.task
+        def scaled(self, x: int) -> Any:
+            yield batchy.resolved(None)
+            return x * self.factor
+
+    assert batchy.run(Views().scaled(2)) == 6
+
+
+def test_task_repr_and_name() -> None:
+    @batchy.task
+    def named() -> Any:
+        yield batchy.resolved(1)
+
+    t = named()
+    assert t.name.endswith("named")
+    assert repr(t).startswith("<batchy.Task ") and repr(t).endswith("named pending>")
+    batchy.run(t)
+    assert repr(t).endswith("named done>")
+
+
+def test_result_before_done_is_a_clear_error() -> None:
+    @batchy.task
+    def h() -> Any:
+        yield batchy.resolved(1)
+
+    with pytest.raises(batchy.UsageError, match="has no result yet; yield or await it"):
+        h().result()
+
+
+def test_failed_tasks_reach_hooks() -> None:
+    @batchy.task
+    def boom() -> Any:
+        yield batchy.resolved(None)
+        raise RuntimeError("boom")
+
+    with record() as rec, pytest.raises(RuntimeError):
+        batchy.run(boom())
+    assert [(t.name.rsplit(".", 1)[-1], str(e)) for t, e in rec.failures] == [("boom", "boom")]
+
+
+def test_deep_chains_do_not_overflow_the_stack() -> None:
+    @batchy.task
+    def chain(n: int) -> Any:
+        if n == 0:
+            return 0
+        value = yield chain(n - 1)
+        return value + 1
+
+    assert batchy.run(chain(3000)) == 3000
+
+
+def test_run_inside_a_running_loop_is_refused() -> None:
+    @batchy.task
+    def h() -> Any:
+        yield batchy.resolved(1)
+
+    async def main() -> None:
+        t = h()
+        with pytest.raises(batchy.UsageError, match="'await' the task"):
+            batchy.run(t)
+        assert await t is None
+
+    asyncio.run(main())
+
+
+def test_run_refuses_non_awaitables() -> None:
+    with pytest.raises(batchy.UsageError, match=r"got 3 \(int\). Did you call a plain function"):
+        batchy.run(3)  # type: ignore[arg-type]
+
+
+def test_gather_refuses_plain_values() -> None:
+    with pytest.raises(batchy.YieldError, match=r"batchy.gather\(\) got 'x' \(str\)"):
+        batchy.gather("x")  # type: ignore[arg-type]
