@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _hooks
 from ._errors import LoaderError, MissingKeyError, short_repr
-from ._future import Future
+from ._future import DONE, Future
 
 if TYPE_CHECKING:
     from ._loader import Loader
@@ -122,8 +122,15 @@ class Batch:
                 if isinstance(value, BaseException):
                     fut._set_exception(value)
                     failed.append(fut)
-                else:
-                    fut._set_result(value)
+                    continue
+                # Future._set_result, inlined: this runs once per key.
+                fut._state = DONE
+                fut._value = value
+                waiters = fut._waiters
+                if waiters is not None:
+                    fut._waiters = None
+                    for waiter in waiters:
+                        waiter._on_done(fut)
             if failed:
                 self._evict(failed)
         if _hooks.hooks:

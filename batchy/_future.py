@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 from collections.abc import Callable, Generator
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -154,7 +155,11 @@ class _Callback:
         self.context = contextvars.copy_context()
 
     def _on_done(self, fut: Future[Any]) -> None:
-        self.context.run(self.fn, fut)
+        # A failing user callback must not stop the other waiters from waking.
+        try:
+            self.context.run(self.fn, fut)
+        except Exception:
+            logging.getLogger("batchy").exception("batchy: done callback %r failed", self.fn)
 
 
 class _ToAsyncio:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ._batch import _NO_DEFAULT, Batch
 from ._errors import UsageError, short_repr
-from ._future import Future, resolved
+from ._future import PENDING, Future, resolved
 from ._gather import FIRST, Gather
 from ._scheduler import _local, scheduler_for
 from ._scope import _current, current_scope
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from ._scope import Scope
 
 __all__ = ["Loader", "batched"]
+
+_new_future = object.__new__
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -126,7 +128,11 @@ class Loader(Generic[K, V]):
         except TypeError:
             raise self._unhashable(key, ck) from None
         if fut is None:
-            fut = futures[ck] = Future()
+            # Future() without the __init__ call: this runs once per key.
+            fut = futures[ck] = _new_future(Future)
+            fut._state = PENDING
+            fut._value = None
+            fut._waiters = None
             batch.keys.append(key)
         if cache is not None:
             cache[ck] = fut

@@ -31,6 +31,7 @@ from collections import deque
 from typing import Any, Protocol
 
 from . import _hooks
+from ._errors import UsageError
 
 __all__ = ["Scheduler", "current_scheduler", "scheduler_for"]
 
@@ -81,17 +82,19 @@ class Scheduler:
         "__weakref__",
         "_deferred",
         "_inflight",
+        "_loop_ref",
         "_open",
         "_ready",
         "_running",
         "_scheduled",
         "current",
-        "loop",
         "round",
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        # A weak reference: the registry maps loops to schedulers weakly, and a
+        # strong one here would keep every loop (and its scheduler) alive forever.
+        self._loop_ref = weakref.ref(loop)
         self._ready: deque[Runnable] = deque()
         # loader -> its batch for the next round; a dict keeps flush order stable.
         self._open: dict[object, Batch] = {}
@@ -101,6 +104,17 @@ class Scheduler:
         self._inflight = 0
         self.current: Any = None  # the task being stepped, read by loaders and futures
         self.round = 0
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this scheduler runs on."""
+        loop = self._loop_ref()
+        if loop is None:  # only if a future outlives its loop and is awaited elsewhere
+            raise UsageError(
+                "a batchy scheduler was used after its event loop was closed and collected; "
+                "create tasks and futures on the loop that runs them"
+            )
+        return loop
 
     # -- called by tasks and loaders ------------------------------------------------
 
@@ -158,6 +172,7 @@ class Scheduler:
             while True:
                 while ready:
                     ready.popleft()._step()
+                self.current = None
                 if not self._open:
                     self._deferred = 0
                     return
@@ -168,6 +183,7 @@ class Scheduler:
                 self._deferred = 0
                 self._flush()
         finally:
+            self.current = None
             _local.sched = outer
             self._running = False
 

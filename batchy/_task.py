@@ -104,44 +104,42 @@ class Task(Future[T]):
             else:
                 throw = fut._value
         coro = self._coro
-        prev = sched.current
+        # No save/restore: steps never nest, and the scheduler resets ``current``
+        # before it flushes or returns to the loop.
         sched.current = self
-        try:
-            while True:
-                try:
-                    y = coro.send(send) if throw is None else coro.throw(throw)
-                except StopIteration as stop:
-                    self._set_result(stop.value)
+        while True:
+            try:
+                y = coro.send(send) if throw is None else coro.throw(throw)
+            except StopIteration as stop:
+                self._set_result(stop.value)
+                return
+            except BaseException as error:
+                self._fail(error)
+                if not isinstance(error, Exception):
+                    raise  # KeyboardInterrupt, SystemExit: the process decides
+                return
+            send = None
+            throw = None
+            if not isinstance(y, Future):
+                y = self._to_future(y, sched)
+                if y is None:
                     return
-                except BaseException as error:
-                    self._fail(error)
-                    if not isinstance(error, Exception):
-                        raise  # KeyboardInterrupt, SystemExit: the process decides
-                    return
-                send = None
-                throw = None
-                if not isinstance(y, Future):
-                    y = self._to_future(y, sched)
-                    if y is None:
-                        return
-                elif type(y) is not Future:
-                    y._activate(sched, self._scope)
-                if y._state == PENDING:
-                    self._waiting = y
-                    waiters = y._waiters  # Future._add_waiter, inlined
-                    if waiters is None:
-                        y._waiters = [self]
-                    else:
-                        waiters.append(self)
-                    return
-                # Already resolved: go on without a trip through the ready queue.
-                if not self._is_coro:
-                    if y._state == DONE:
-                        send = y._value
-                    else:
-                        throw = y._value
-        finally:
-            sched.current = prev
+            elif type(y) is not Future:
+                y._activate(sched, self._scope)
+            if y._state == PENDING:
+                self._waiting = y
+                waiters = y._waiters  # Future._add_waiter, inlined
+                if waiters is None:
+                    y._waiters = [self]
+                else:
+                    waiters.append(self)
+                return
+            # Already resolved: go on without a trip through the ready queue.
+            if not self._is_coro:
+                if y._state == DONE:
+                    send = y._value
+                else:
+                    throw = y._value
 
     def _to_future(self, y: Any, sched: Scheduler) -> Future[Any] | None:
         """Turn a yielded non-future into a future to wait on (``None``: wait for the loop)."""
