@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict batchy batchy_contrib
+	$(BIN)/mypy --strict batchy batchy_contrib tests/typing
 
 pytest: $(STAMP) services
 	$(BIN)/pytest -q

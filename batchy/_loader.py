@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from ._batch import _NO_DEFAULT, Batch
 from ._errors import UsageError, short_repr
@@ -196,8 +196,33 @@ class _LazyLoad(Future[Any]):
                 real._add_waiter(self)
 
 
+_AsyncSeq = Callable[[list[K]], Awaitable[Sequence[V]]]
+_AsyncMap = Callable[[list[K]], Awaitable[Mapping[K, V]]]
+_SyncSeq = Callable[[list[K]], Sequence[V]]
+_SyncMap = Callable[[list[K]], Mapping[K, V]]
+
+
+class _Decorator(Protocol):
+    """What ``batched(**options)`` returns: a decorator typed like ``batched`` itself."""
+
+    @overload
+    def __call__(self, fn: _AsyncSeq[K, V], /) -> Loader[K, V]: ...
+    @overload
+    def __call__(self, fn: _AsyncMap[K, V], /) -> Loader[K, V]: ...
+    @overload
+    def __call__(self, fn: _SyncSeq[K, V], /) -> Loader[K, V]: ...
+    @overload
+    def __call__(self, fn: _SyncMap[K, V], /) -> Loader[K, V]: ...
+
+
 @overload
-def batched(fn: BatchFn[K, V], /) -> Loader[K, V]: ...
+def batched(fn: _AsyncSeq[K, V], /) -> Loader[K, V]: ...
+@overload
+def batched(fn: _AsyncMap[K, V], /) -> Loader[K, V]: ...
+@overload
+def batched(fn: _SyncSeq[K, V], /) -> Loader[K, V]: ...
+@overload
+def batched(fn: _SyncMap[K, V], /) -> Loader[K, V]: ...
 @overload
 def batched(
     *,
@@ -208,12 +233,8 @@ def batched(
     key: Callable[[Any], Any] | None = None,
     thread: bool = False,
     default: Any = _NO_DEFAULT,
-) -> Callable[[BatchFn[K, V]], Loader[K, V]]: ...
-def batched(
-    fn: BatchFn[K, V] | None = None,
-    /,
-    **options: Any,
-) -> Loader[K, V] | Callable[[BatchFn[K, V]], Loader[K, V]]:
+) -> _Decorator: ...
+def batched(fn: Any = None, /, **options: Any) -> Any:
     """Turn a function from a list of keys to their values into a :class:`Loader`.
 
     The function (plain or ``async def``) gets distinct keys and returns one value
@@ -240,7 +261,7 @@ def batched(
     if fn is not None:
         return Loader(fn, **options)
 
-    def decorate(f: BatchFn[K, V]) -> Loader[K, V]:
+    def decorate(f: Any) -> Loader[Any, Any]:
         return Loader(f, **options)
 
     return decorate
