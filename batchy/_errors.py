@@ -75,3 +75,8 @@ class MissingKeyError(BatchyError, KeyError):
     def __str__(self) -> str:
         # KeyError.__str__ would show the repr of the whole message.
         return str(self.args[0])
+
+
+# Tracebacks and reprs show the public path (batchy.LoaderError), not this module.
+for _cls in (BatchyError, UsageError, YieldError, LoaderError, MissingKeyError):
+    _cls.__module__ = "batchy"

@@ -142,9 +142,19 @@ class Future(Generic[T_co]):
         bridge: asyncio.Future[Any] = loop.create_future()
         if self._state == PENDING:
             self._add_waiter(_ToAsyncio(bridge))
+            # Like asyncio: cancelling the awaiting task (a timeout, say) cancels us.
+            bridge.add_done_callback(self._on_bridge_done)
         else:
             bridge.set_result(None)
         return bridge
+
+    def _on_bridge_done(self, bridge: asyncio.Future[Any]) -> None:
+        if bridge.cancelled() and self._state == PENDING:
+            self.cancel()
+
+    def cancel(self, msg: str | None = None) -> bool:
+        """Cancel what this future waits for, if it can be; a plain future cannot."""
+        return False
 
 
 class _Callback:
@@ -182,17 +192,31 @@ def resolved(value: T) -> Future[T]:
     return fut
 
 
+class _FromAsyncio(Future[Any]):
+    """Takes the outcome of an asyncio future; cancelling it cancels that future."""
+
+    __slots__ = ("_afut",)
+
+    def __init__(self, afut: asyncio.Future[Any]) -> None:
+        super().__init__()
+        self._afut = afut
+        afut.add_done_callback(self._copy)
+
+    def _copy(self, af: asyncio.Future[Any]) -> None:
+        if af.cancelled():
+            try:
+                af.result()
+            except asyncio.CancelledError as cancelled:  # keeps the cancel message
+                self._set_exception(cancelled)
+        elif (error := af.exception()) is not None:
+            self._set_exception(error)
+        else:
+            self._set_result(af.result())
+
+    def cancel(self, msg: str | None = None) -> bool:
+        return self._afut.cancel(msg)
+
+
 def from_asyncio(afut: asyncio.Future[Any]) -> Future[Any]:
     """A batchy future that takes the outcome of an asyncio future when it is done."""
-    fut: Future[Any] = Future()
-
-    def copy(af: asyncio.Future[Any]) -> None:
-        if af.cancelled():
-            fut._set_exception(asyncio.CancelledError())
-        elif (error := af.exception()) is not None:
-            fut._set_exception(error)
-        else:
-            fut._set_result(af.result())
-
-    afut.add_done_callback(copy)
-    return fut
+    return _FromAsyncio(afut)

@@ -32,17 +32,21 @@ GROUP = 2
 class _Awaitable(Future[Any]):
     """A leaf that is an asyncio awaitable (a coroutine, an asyncio future): run it on the loop."""
 
-    __slots__ = ("_aw",)
+    __slots__ = ("_aw", "_source")
 
     def __init__(self, aw: Awaitable[Any]) -> None:
         super().__init__()
         self._aw: Awaitable[Any] | None = aw
+        self._source: Future[Any] | None = None
 
     def _activate(self, sched: Scheduler, scope: Scope | None) -> None:
         aw, self._aw = self._aw, None
         if aw is not None:
-            afut = asyncio.ensure_future(aw, loop=sched.loop)
-            from_asyncio(afut)._add_waiter(self)
+            self._source = from_asyncio(asyncio.ensure_future(aw, loop=sched.loop))
+            self._source._add_waiter(self)
+
+    def cancel(self, msg: str | None = None) -> bool:
+        return self._source is not None and self._source.cancel(msg)
 
 
 def is_awaitable_leaf(value: object) -> bool:
@@ -125,6 +129,14 @@ class Gather(Future[Any]):
         if remaining == 0:
             self._finish()
 
+    def cancel(self, msg: str | None = None) -> bool:
+        """Cancel every leaf that can be cancelled (tasks); the gather then fails."""
+        cancelled = False
+        for leaf in self._leaves:
+            if leaf._state == PENDING:
+                cancelled = leaf.cancel(msg) or cancelled
+        return cancelled
+
     def _on_done(self, fut: Future[Any]) -> None:
         self._remaining -= 1
         if self._remaining == 0:
@@ -153,6 +165,11 @@ def _combine(errors: list[BaseException], mode: int) -> BaseException:
             return ExceptionGroup(msg, errors)  # type: ignore[type-var]
         return BaseExceptionGroup(msg, errors)
     first = errors[0]
+    # The same error can come back for several leaves (one failed key asked
+    # twice, one task gathered twice): list each error once, and not the first.
+    unique = {id(e): e for e in errors}
+    unique.pop(id(first))
+    errors = [first, *unique.values()]
     if len(errors) > 1:
         others = ", ".join(short_repr(e) for e in errors[1:4])
         more = f" and {len(errors) - 4} more" if len(errors) > 4 else ""

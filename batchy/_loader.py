@@ -31,7 +31,7 @@ _new_future = object.__new__
 K = TypeVar("K")
 V = TypeVar("V")
 
-BatchResult = Sequence[V] | Mapping[K, V]
+BatchResult = Mapping[K, V] | Sequence[V]
 BatchFn = Callable[[list[K]], BatchResult[K, V] | Awaitable[BatchResult[K, V]]]
 
 

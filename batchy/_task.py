@@ -10,6 +10,7 @@ future's callback: a blocked task costs nothing until it can go on.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import types
@@ -38,7 +39,7 @@ class Task(Future[T]):
     await it, gather it or pass it to :func:`batchy.run`.
     """
 
-    __slots__ = ("_coro", "_func", "_is_coro", "_sched", "_scope", "_waiting")
+    __slots__ = ("_cancel", "_coro", "_func", "_is_coro", "_sched", "_scope", "_waiting")
 
     def __init__(self, coro: Handler[T], func: Callable[..., Any], is_coro: bool) -> None:
         # Future.__init__ inlined: a page of handlers makes tens of thousands of tasks.
@@ -51,6 +52,7 @@ class Task(Future[T]):
         self._sched: Scheduler | None = None
         self._scope: Scope | None = None
         self._waiting: Future[Any] | None = None
+        self._cancel: asyncio.CancelledError | None = None
 
     @property
     def name(self) -> str:
@@ -92,13 +94,42 @@ class Task(Future[T]):
         if not sched._running and not sched._scheduled:
             sched._schedule()
 
+    def cancel(self, msg: str | None = None) -> bool:
+        """Throw ``asyncio.CancelledError`` into the handler where it waits.
+
+        Returns False if the task has already finished. Tasks it started keep
+        running (they may have other waiters); the handler may catch the error
+        to clean up. A task that has not started is closed and fails at once.
+        """
+        if self._state != PENDING:
+            return False
+        error = asyncio.CancelledError(msg) if msg is not None else asyncio.CancelledError()
+        if self._sched is None:
+            self._coro.close()
+            self._set_exception(error)
+            return True
+        fut = self._waiting
+        if fut is not None and fut.cancel(msg):
+            return True  # an asyncio wait: its CancelledError reaches the handler
+        self._cancel = error
+        if fut is not None:
+            # Stop waiting on it (so it cannot wake us twice) and run now.
+            if fut._waiters is not None and self in fut._waiters:
+                fut._waiters.remove(self)
+            self._waiting = None
+            self._sched.enqueue(self)
+        # Otherwise the task is already due to run: it sees the error then.
+        return True
+
     def _step(self) -> None:
         sched: Scheduler = self._sched  # type: ignore[assignment]
         fut = self._waiting
         self._waiting = None
         send: Any = None
         throw: BaseException | None = None
-        if fut is not None and not self._is_coro:
+        if self._cancel is not None:
+            throw, self._cancel = self._cancel, None
+        elif fut is not None and not self._is_coro:
             if fut._state == DONE:
                 send = fut._value
             else:
@@ -115,8 +146,8 @@ class Task(Future[T]):
                 return
             except BaseException as error:
                 self._fail(error)
-                if not isinstance(error, Exception):
-                    raise  # KeyboardInterrupt, SystemExit: the process decides
+                if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    raise  # the process decides, not the scheduler
                 return
             send = None
             throw = None

@@ -316,3 +316,86 @@ def test_run_refuses_non_awaitables() -> None:
 def test_gather_refuses_plain_values() -> None:
     with pytest.raises(batchy.YieldError, match=r"batchy.gather\(\) got 'x' \(str\)"):
         batchy.gather("x")  # type: ignore[arg-type]
+
+
+def test_cancel_throws_into_the_handler_where_it_waits() -> None:
+    log: list[str] = []
+
+    @batchy.task
+    async def slow() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            log.append("cleaned up")
+            raise
+        return "never"
+
+    @batchy.task
+    def parent() -> Any:
+        child = slow()
+        timer = asyncio.get_running_loop().call_later(0.01, child.cancel)
+        try:
+            yield child
+        except asyncio.CancelledError:
+            return "child cancelled"
+        finally:
+            timer.cancel()
+
+    assert batchy.run(parent()) == "child cancelled"
+    assert log == ["cleaned up"]
+
+
+def test_asyncio_timeouts_cancel_batchy_tasks() -> None:
+    finished: list[str] = []
+
+    @batchy.task
+    def waits_forever() -> Any:
+        yield asyncio.sleep(10)
+        finished.append("no")
+
+    async def main() -> None:
+        task = waits_forever()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(task, 0.01)
+        for _ in range(10):  # cancellation is a request: it lands within a few iterations
+            if task.done():
+                break
+            await asyncio.sleep(0)
+        assert task.done()
+        assert isinstance(task.exception(), asyncio.CancelledError)
+
+    asyncio.run(main())
+    assert finished == []
+
+
+def test_cancel_before_start_and_after_finish() -> None:
+    @batchy.task
+    def h() -> Any:
+        yield batchy.resolved(1)
+        return 1
+
+    t = h()
+    assert t.cancel("not needed") is True
+    assert isinstance(t.exception(), asyncio.CancelledError)
+    done = h()
+    assert batchy.run(done) == 1
+    assert done.cancel() is False
+
+
+def test_a_duplicated_failure_is_not_listed_as_another_error() -> None:
+    @batchy.batched
+    def flaky(keys: list[int]) -> list[Any]:
+        return [ValueError(f"no {k}") for k in keys]
+
+    @batchy.task
+    def h() -> Any:
+        yield [flaky(2), flaky(2)]
+
+    with pytest.raises(ValueError, match="no 2") as info:
+        batchy.run(h())
+    assert getattr(info.value, "__notes__", []) == []
+
+
+def test_errors_show_their_public_path() -> None:
+    assert batchy.LoaderError.__module__ == "batchy"
+    assert repr(batchy.UsageError("x")) == "UsageError('x')"
