@@ -1,1 +1,1 @@
-"""Benchmarks run side by side with their peers in one process: `make bench` or `python -m benchmarks [suite ...]`."""
+"""Benchmarks, run side by side with their peers in one process: `make bench`."""
