@@ -1,7 +1,7 @@
 """batchy: write data access one key at a time; batchy runs it one batch per loader per round."""
 
 from ._errors import BatchyError, LoaderError, MissingKeyError, UsageError, YieldError
-from ._future import Future, resolved
+from ._future import Future, failed, resolved
 from ._gather import gather
 from ._hooks import BatchEvent, Hook, RoundEvent, add_hook, hooked, remove_hook
 from ._loader import Loader, batched
@@ -26,6 +26,7 @@ __all__ = [
     "add_hook",
     "batched",
     "current_scope",
+    "failed",
     "gather",
     "hooked",
     "remove_hook",

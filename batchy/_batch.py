@@ -126,11 +126,8 @@ class Batch:
                 # Future._set_result, inlined: this runs once per key.
                 fut._state = DONE
                 fut._value = value
-                waiters = fut._waiters
-                if waiters is not None:
-                    fut._waiters = None
-                    for waiter in waiters:
-                        waiter._on_done(fut)
+                if fut._waiters is not None:
+                    fut._wake()
             if failed:
                 self._evict(failed)
         if _hooks.hooks:

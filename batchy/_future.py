@@ -22,7 +22,7 @@ from ._errors import UsageError
 from ._scheduler import Scheduler, current_scheduler, scheduler_for
 from ._scope import Scope, current_scope
 
-__all__ = ["Future", "Waiter", "from_asyncio", "resolved"]
+__all__ = ["Future", "Waiter", "failed", "from_asyncio", "resolved"]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -48,7 +48,9 @@ class Future(Generic[T_co]):
     def __init__(self) -> None:
         self._state = PENDING
         self._value: Any = None
-        self._waiters: list[Waiter] | None = None
+        # None, one waiter, or a list of them: most futures have exactly one
+        # waiter, and a list per future is an allocation per key and per task.
+        self._waiters: Waiter | list[Waiter] | None = None
 
     def __repr__(self) -> str:
         state = ("pending", "done", "failed")[self._state]
@@ -87,28 +89,42 @@ class Future(Generic[T_co]):
     # -- resolving (engine internal) ------------------------------------------------
 
     def _add_waiter(self, waiter: Waiter) -> None:
-        if self._waiters is None:
-            self._waiters = [waiter]
+        waiters = self._waiters
+        if waiters is None:
+            self._waiters = waiter
+        elif isinstance(waiters, list):
+            waiters.append(waiter)
         else:
-            self._waiters.append(waiter)
+            self._waiters = [waiters, waiter]
 
     def _set_result(self, value: Any) -> None:
         self._state = DONE
         self._value = value
-        waiters = self._waiters
-        if waiters is not None:
-            self._waiters = None
-            for w in waiters:
-                w._on_done(self)
+        if self._waiters is not None:
+            self._wake()
 
     def _set_exception(self, error: BaseException) -> None:
         self._state = FAILED
         self._value = error
+        if self._waiters is not None:
+            self._wake()
+
+    def _wake(self) -> None:
+        """Tell every waiter the future is resolved (each exactly once)."""
         waiters = self._waiters
-        if waiters is not None:
-            self._waiters = None
+        self._waiters = None
+        if isinstance(waiters, list):
             for w in waiters:
                 w._on_done(self)
+        elif waiters is not None:
+            waiters._on_done(self)
+
+    def _remove_waiter(self, waiter: Waiter) -> None:
+        waiters = self._waiters
+        if waiters is waiter:
+            self._waiters = None
+        elif isinstance(waiters, list) and waiter in waiters:
+            waiters.remove(waiter)
 
     def _copy_from(self, other: Future[Any]) -> None:
         if other._state == DONE:
@@ -183,6 +199,13 @@ class _ToAsyncio:
     def _on_done(self, fut: Future[Any]) -> None:
         if not self.bridge.done():
             self.bridge.set_result(None)
+
+
+def failed(error: BaseException) -> Future[Any]:
+    """A future that has already failed with ``error``."""
+    fut: Future[Any] = Future()
+    fut._set_exception(error)
+    return fut
 
 
 def resolved(value: T) -> Future[T]:

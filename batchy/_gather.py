@@ -122,9 +122,11 @@ class Gather(Future[Any]):
                 remaining += 1
                 waiters = leaf._waiters  # Future._add_waiter, inlined
                 if waiters is None:
-                    leaf._waiters = [self]
-                else:
+                    leaf._waiters = self
+                elif isinstance(waiters, list):
                     waiters.append(self)
+                else:
+                    leaf._waiters = [waiters, self]
         self._remaining = remaining
         if remaining == 0:
             self._finish()

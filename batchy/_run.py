@@ -39,9 +39,13 @@ def run(aw: Awaitable[T], *, scope: Scope | None = None) -> T:
             f"{short_repr(aw)} ({type(aw).__name__}). Did you call a plain function "
             "instead of a @batchy.task?"
         )
-    return asyncio.run(_main(aw, scope if scope is not None else Scope()))
+    out: list[T] = []
+    # _main returns None: asyncio.run looks at (and reprs) what the main
+    # coroutine returns, which can be slow for a large result.
+    asyncio.run(_main(aw, scope if scope is not None else Scope(), out))
+    return out[0]
 
 
-async def _main(aw: Awaitable[T], scope: Scope) -> T:
+async def _main(aw: Awaitable[T], scope: Scope, out: list[T]) -> None:
     with scope:
-        return await aw
+        out.append(await aw)

@@ -81,6 +81,7 @@ class Scheduler:
     __slots__ = (
         "__weakref__",
         "_deferred",
+        "_handle",
         "_inflight",
         "_loop_ref",
         "_open",
@@ -101,6 +102,7 @@ class Scheduler:
         self._running = False
         self._scheduled = False
         self._deferred = 0
+        self._handle: asyncio.Handle | None = None  # our queued wake-up, if any
         self._inflight = 0
         self.current: Any = None  # the task being stepped, read by loaders and futures
         self.round = 0
@@ -149,7 +151,7 @@ class Scheduler:
 
     def _schedule(self) -> None:
         self._scheduled = True
-        self.loop.call_soon(self.run)
+        self._handle = self.loop.call_soon(self.run)
 
     def _loop_busy(self) -> bool:
         # CPython's loop keeps its ready callbacks in ``_ready``; other loops
@@ -157,10 +159,16 @@ class Scheduler:
         ready = getattr(self.loop, "_ready", None)
         if ready is None:
             return self._deferred < 1
-        return len(ready) > 0
+        # Our own wake-up, cancelled by run(), is not other work.
+        return any(not handle.cancelled() for handle in ready)
 
     def run(self) -> None:
         """Step ready tasks until none is left, flushing a round whenever all are blocked."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            # Entered directly (batch_finished) while a wake-up is queued: drop it,
+            # or _loop_busy takes it for other work and defers up to max_defer times.
+            handle.cancel()
         self._scheduled = False
         if self._running:
             return

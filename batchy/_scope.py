@@ -13,12 +13,16 @@ import contextvars
 from types import TracebackType
 from typing import Any
 
+from ._errors import UsageError
 from ._scheduler import current_scheduler
 
 __all__ = ["Scope", "current_scope", "scope"]
 
 _current: contextvars.ContextVar[Scope | None] = contextvars.ContextVar(
     "batchy_scope", default=None
+)
+_tokens: contextvars.ContextVar[tuple[contextvars.Token[Scope | None], ...]] = (
+    contextvars.ContextVar("batchy_scope_tokens", default=())
 )
 
 
@@ -31,12 +35,11 @@ class Scope:
             user = await users_by_id(1)   # cached for the rest of the block
     """
 
-    __slots__ = ("_caches", "_tokens", "name")
+    __slots__ = ("_caches", "name")
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name
         self._caches: dict[object, dict[Any, Any]] = {}
-        self._tokens: list[contextvars.Token[Scope | None]] = []
 
     def __repr__(self) -> str:
         return f"<batchy.Scope {self.name or hex(id(self))} loaders={len(self._caches)}>"
@@ -53,7 +56,9 @@ class Scope:
         self._caches.clear()
 
     def __enter__(self) -> Scope:
-        self._tokens.append(_current.set(self))
+        # Tokens live in the context, not on the scope: concurrent tasks may each
+        # enter the same scope (one per request handler, say) and exit in any order.
+        _tokens.set((*_tokens.get(), _current.set(self)))
         return self
 
     def __exit__(
@@ -62,7 +67,15 @@ class Scope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        _current.reset(self._tokens.pop())
+        tokens = _tokens.get()
+        if not tokens or tokens[-1].var is not _current or _current.get() is not self:
+            raise UsageError(
+                f"{self!r} was exited without being the current scope; enter and exit "
+                "scopes in nested 'with' blocks, in the same task"
+            )
+        *outer, token = tokens
+        _tokens.set(tuple(outer))
+        _current.reset(token)
 
     async def __aenter__(self) -> Scope:
         return self.__enter__()

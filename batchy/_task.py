@@ -19,7 +19,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from . import _hooks
 from ._errors import UsageError, YieldError, short_repr
-from ._future import DONE, PENDING, Future, from_asyncio
+from ._future import DONE, PENDING, Future, failed, from_asyncio
 from ._gather import _Awaitable, _BadLeaf, shape_of
 from ._scheduler import Scheduler
 from ._scope import Scope
@@ -41,14 +41,21 @@ class Task(Future[T]):
 
     __slots__ = ("_cancel", "_coro", "_func", "_is_coro", "_sched", "_scope", "_waiting")
 
-    def __init__(self, coro: Handler[T], func: Callable[..., Any], is_coro: bool) -> None:
+    def __init__(
+        self, coro: Handler[T], func: Callable[..., Any] | None = None, is_coro: bool | None = None
+    ) -> None:
+        """Wrap a generator or coroutine object; ``func`` names it in errors and traces.
+
+        Usually made by calling a :func:`batchy.task` function; build one directly
+        to run a handler object you already have.
+        """
         # Future.__init__ inlined: a page of handlers makes tens of thousands of tasks.
         self._state = PENDING
         self._value: Any = None
-        self._waiters: list[Any] | None = None
+        self._waiters: Any = None
         self._coro = coro
-        self._func = func
-        self._is_coro = is_coro
+        self._func = func if func is not None else _code_owner(coro)
+        self._is_coro = is_coro if is_coro is not None else not inspect.isgenerator(coro)
         self._sched: Scheduler | None = None
         self._scope: Scope | None = None
         self._waiting: Future[Any] | None = None
@@ -114,8 +121,7 @@ class Task(Future[T]):
         self._cancel = error
         if fut is not None:
             # Stop waiting on it (so it cannot wake us twice) and run now.
-            if fut._waiters is not None and self in fut._waiters:
-                fut._waiters.remove(self)
+            fut._remove_waiter(self)
             self._waiting = None
             self._sched.enqueue(self)
         # Otherwise the task is already due to run: it sees the error then.
@@ -152,6 +158,11 @@ class Task(Future[T]):
             send = None
             throw = None
             if not isinstance(y, Future):
+                if type(y) in _EMPTY and not y and not self._is_coro:
+                    # An empty parallel yield (a leaf's children): nothing to wait
+                    # for, so skip making, starting and resolving a Gather.
+                    send = type(y)()
+                    continue
                 y = self._to_future(y, sched)
                 if y is None:
                     return
@@ -161,9 +172,11 @@ class Task(Future[T]):
                 self._waiting = y
                 waiters = y._waiters  # Future._add_waiter, inlined
                 if waiters is None:
-                    y._waiters = [self]
-                else:
+                    y._waiters = self
+                elif isinstance(waiters, list):
                     waiters.append(self)
+                else:
+                    y._waiters = [waiters, self]
                 return
             # Already resolved: go on without a trip through the ready queue.
             if not self._is_coro:
@@ -179,7 +192,7 @@ class Task(Future[T]):
             try:
                 fut = shape_of(y)
             except _BadLeaf as bad:
-                return _failed(self._yield_error(bad.value, inside=y))
+                return failed(self._yield_error(bad.value, inside=y))
             fut._activate(sched, self._scope)
             return fut
         if y is None and self._is_coro:
@@ -193,7 +206,7 @@ class Task(Future[T]):
             fut = _Awaitable(y)
             fut._activate(sched, self._scope)
             return fut
-        return _failed(self._yield_error(y))
+        return failed(self._yield_error(y))
 
     def _yield_error(self, value: Any, inside: Any = None) -> YieldError:
         where = f" inside {short_repr(inside)}" if inside is not None else ""
@@ -215,10 +228,17 @@ class Task(Future[T]):
             _hooks.emit_task_failed(self, error)
 
 
-def _failed(error: BaseException) -> Future[Any]:
-    fut: Future[Any] = Future()
-    fut._set_exception(error)
-    return fut
+_EMPTY = (list, tuple, dict)
+
+
+def _code_owner(coro: Any) -> Any:
+    code = getattr(coro, "gi_code", None) or getattr(coro, "cr_code", None)
+    if code is None:
+        raise UsageError(
+            f"batchy.Task() takes a generator or coroutine object, got {short_repr(coro)} "
+            f"({type(coro).__name__}); call the handler function first"
+        )
+    return types.SimpleNamespace(__qualname__=code.co_qualname, __code__=code)
 
 
 class TaskFunction(Generic[P, T]):

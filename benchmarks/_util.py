@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
@@ -43,3 +43,32 @@ def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> s
 def ratio(peer: float, ours: float) -> str:
     """How many times faster we are than ``peer`` (``peer / ours``)."""
     return f"{peer / ours:.1f}x" if ours > 0 else "n/a"
+
+
+def median_times(
+    fns: Mapping[str, Callable[[], Any]],
+    *,
+    repeat: int = 9,
+    warmup: int = 1,
+    repeat_for: Mapping[str, int] | None = None,
+) -> dict[str, float]:
+    """:func:`median_time` of several functions, their runs interleaved round-robin.
+
+    Interleaving makes a burst of load from elsewhere on the machine hit every
+    function alike instead of whichever happened to be running. ``repeat_for``
+    gives some functions fewer (or more) measured runs than ``repeat``.
+    """
+    counts = {name: (repeat_for or {}).get(name, repeat) for name in fns}
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for i in range(max(counts.values(), default=0)):
+        for name, fn in fns.items():
+            if i >= counts[name]:
+                continue
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}

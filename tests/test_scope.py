@@ -101,5 +101,19 @@ def test_scope_exit_restores_the_outer_scope() -> None:
         with batchy.scope("inner"):
             pass
         assert batchy.current_scope() is outer
-    with pytest.raises(IndexError):
+    with pytest.raises(batchy.UsageError, match="was exited without being the current scope"):
         outer.__exit__(None, None, None)  # exiting more often than entering
+
+
+def test_one_scope_entered_by_concurrent_tasks_across_awaits() -> None:
+    shared = batchy.scope("shared")
+
+    async def use() -> Any:
+        with shared:
+            await asyncio.sleep(0)
+            return batchy.current_scope()
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(use(), use(), use())
+
+    assert asyncio.run(main()) == [shared, shared, shared]

@@ -399,3 +399,38 @@ def test_a_duplicated_failure_is_not_listed_as_another_error() -> None:
 def test_errors_show_their_public_path() -> None:
     assert batchy.LoaderError.__module__ == "batchy"
     assert repr(batchy.UsageError("x")) == "UsageError('x')"
+
+
+def test_task_from_a_handler_object_and_failed_futures() -> None:
+    def plain_gen() -> Any:
+        value = yield batchy.failed(LookupError("gone"))
+        return value
+
+    task = batchy.Task(plain_gen())
+    assert task.name.endswith("plain_gen")
+    with pytest.raises(LookupError, match="gone"):
+        batchy.run(task)
+
+    async def coro() -> int:
+        return await batchy.resolved(4)
+
+    assert batchy.run(batchy.Task(coro())) == 4
+    with pytest.raises(batchy.UsageError) as info:
+        batchy.Task(3)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "batchy.Task() takes a generator or coroutine object, got 3 (int); "
+        "call the handler function first"
+    )
+
+
+def test_run_does_not_repr_the_result() -> None:
+    class NoRepr:
+        def __repr__(self) -> str:
+            raise AssertionError("repr called")
+
+    @batchy.task
+    def h() -> Any:
+        yield batchy.resolved(None)
+        return NoRepr()
+
+    assert isinstance(batchy.run(h()), NoRepr)

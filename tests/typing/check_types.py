@@ -22,6 +22,13 @@ def names_by_id(ids: list[int]) -> dict[int, str]:
     return {i: str(i) for i in ids}
 
 
+async def _emails(ids: list[int]) -> dict[int, str]:
+    return {}
+
+
+emails_by_id = batchy.batched(_emails, name="emails", max_batch_size=100)
+
+
 @batchy.task
 async def user_name(uid: int) -> str:
     user = await users_by_id(uid)
@@ -38,6 +45,7 @@ def greeting(uid: int) -> Generator[object, object, str]:
 async def main() -> None:
     assert_type(users_by_id, batchy.Loader[int, User])
     assert_type(names_by_id, batchy.Loader[int, str])
+    assert_type(emails_by_id, batchy.Loader[int, str])
     assert_type(await names_by_id(1), str)
     assert_type(await users_by_id.many([1, 2]), list[User])
     assert_type(user_name(1), batchy.Task[str])
