@@ -8,10 +8,12 @@ from ._loader import Loader, batched
 from ._run import run
 from ._scope import Scope, current_scope, scope
 from ._task import Task, TaskFunction, task
+from .dataloader import DataLoader  # built on the names above: import it last
 
 __all__ = [
     "BatchEvent",
     "BatchyError",
+    "DataLoader",
     "Future",
     "Hook",
     "Loader",

@@ -1,0 +1,374 @@
+"""GraphQL on batchy: graphql-core execution in which every resolver's loads share batchy's rounds.
+
+Resolvers may return a loader future (``users_by_id(post.author_id)``), be
+generator handlers (``author = yield users_by_id(...)``), ``async def``
+functions that await loaders, or ``@batchy.task`` handlers. Whatever their
+style and however many loop hops each takes, their keys meet in one batch per
+loader per round, because batchy flushes only when nothing can go on.
+
+One class does the work, for both graphql-core lines (3.2's ``ExecutionContext``,
+3.3's ``Executor``): :data:`BatchyExecutionContext`. Give it to any framework
+that takes an execution context class (graphene, ariadne, strawberry), or use
+the entry points here:
+
+- ``await execute(schema, document, ...)`` / ``await graphql(schema, source, ...)``
+  for async servers;
+- ``execute_sync(...)`` / ``graphql_sync(...)`` for sync servers (Flask, Django):
+  no event loop in your code, and the resolvers batch all the same.
+
+What the class does, and why:
+
+1. **Generators become handlers.** graphql-core would read a returned generator
+   as a list; ``complete_value`` turns it into a batchy task instead (generator
+   *expressions* stay lists).
+2. **One scope per request.** Each execution gets its own :class:`batchy.Scope`
+   (or joins the one that is current when it starts), so loader caches never
+   leak between requests.
+3. **Rounds span the whole query.** graphql-core gathers fields as asyncio
+   tasks, each a few loop hops deep; batchy's scheduler flushes a round only
+   when its own handlers are blocked *and* the loop has nothing ready, so every
+   resolver's keys of one level meet in one batch, however many hops it took.
+4. **Queries run on graphql-core's sync code.** Where a resolver returns a
+   future, a placeholder task waits for it and completes the value later
+   (``graphql_deferred.py``): no coroutine and no asyncio task per field.
+   Mutations and ``@defer``/``@stream`` keep graphql-core's async execution.
+5. **Sync when there is no loop.** When nothing runs an event loop (a Flask
+   view, graphene's ``schema.execute``, graphql-core's ``graphql_sync``), the
+   execution is run to its end with :func:`batchy.run` before it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import inspect
+import types
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import graphql as gql
+from graphql import DocumentNode, ExecutionResult, GraphQLError, GraphQLSchema, OperationType
+
+import batchy
+
+from .graphql_deferred import DeferredMixin, run_generator, start_in_scope
+
+__all__ = [
+    "BatchyExecutionContext",
+    "BatchyMixin",
+    "GRAPHQL_CORE_33",
+    "execute",
+    "execute_sync",
+    "graphql",
+    "graphql_sync",
+    "resolve_handlers",
+    "with_batchy",
+]
+
+T = TypeVar("T")
+
+#: True on graphql-core 3.3 (``Executor``), False on 3.2 (``ExecutionContext``).
+GRAPHQL_CORE_33: bool = hasattr(gql.execution, "Executor")
+
+# graphql-core's own default class for `execute`, that we subclass (by name, so
+# that one source type-checks against either line).
+_Base: type[Any] = (
+    importlib.import_module("graphql.execution.incremental").IncrementalExecutor
+    if GRAPHQL_CORE_33
+    else gql.execution.ExecutionContext  # type: ignore[attr-defined,unused-ignore]
+)
+# What with_batchy() accepts: any execution context class of the installed line.
+_Root: type[Any] = getattr(gql.execution, "Executor" if GRAPHQL_CORE_33 else "ExecutionContext")
+
+
+# -- helpers ------------------------------------------------------------------------
+
+
+@batchy.task
+async def _run_awaitable(aw: Awaitable[T]) -> T:
+    # Steps an awaitable graphql-core made (a coroutine of its own) as a batchy task.
+    return await aw
+
+
+def resolve_handlers(next_: Callable[..., Any], root: Any, info: Any, **args: Any) -> Any:
+    """graphql-core middleware: a generator returned by a resolver runs as a batchy handler.
+
+    :data:`BatchyExecutionContext` does this itself; the middleware is for plain
+    graphql-core async execution (``middleware=[resolve_handlers]``), where
+    loader futures and ``async def`` resolvers work as they are.
+    """
+    result = next_(root, info, **args)
+    if type(result) is types.GeneratorType and result.gi_code.co_name != "<genexpr>":
+        return run_generator(result, info)
+    return result
+
+
+def _is_query(operation: Any) -> bool:
+    return getattr(operation, "operation", None) is OperationType.QUERY
+
+
+async def _await(aw: Awaitable[T]) -> T:
+    # graphql-core awaits coroutines; a batchy task is awaitable, but while the
+    # fast path runs graphql-core must not see futures as awaitable.
+    return await aw
+
+
+def _is_awaitable(value: Any) -> bool:
+    # graphql-core's sync entry points pass a predicate that says "never"; the
+    # futures of batchy must be awaited all the same, so we keep our own.
+    if type(value) in _NOT_AWAITABLE:
+        return False
+    return isinstance(value, batchy.Future) or inspect.isawaitable(value)
+
+
+_NOT_AWAITABLE = frozenset({dict, list, str, int, float, bool, type(None), tuple})
+
+
+# -- the execution context ------------------------------------------------------------
+
+
+class BatchyMixin(DeferredMixin):
+    """Mix into a graphql-core execution context class to run it on batchy.
+
+    Prefer :func:`with_batchy` (which checks the base class) or the ready-made
+    :data:`BatchyExecutionContext`.
+    """
+
+    batchy_scope: batchy.Scope
+    is_awaitable: Callable[[Any], bool]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.is_awaitable = _is_awaitable
+        # graphql-core's complete_value, bound once: ours runs for every value.
+        self._core_complete = super(DeferredMixin, self).complete_value  # type: ignore[misc]
+        # A request that already runs in a scope (entered by the web framework
+        # around the whole request) keeps it; otherwise this execution is one.
+        self.batchy_scope = batchy.current_scope() or batchy.Scope("graphql")
+
+    #: Run queries on graphql-core's sync code, batchy waiting in between (see
+    #: graphql_deferred.py). Set to False in a subclass to keep graphql-core's
+    #: async execution for everything (it is slower, and the batches are the same).
+    batchy_fast_path = True
+
+    def execute_operation(self, *args: Any, **kwargs: Any) -> Any:
+        # Root resolvers run right now, in this call: loads they make belong to
+        # the request's scope.
+        with self.batchy_scope:
+            if not GRAPHQL_CORE_33 and self.batchy_fast_path and _is_query(args[0]):
+                run = functools.partial(super().execute_operation, *args, **kwargs)  # type: ignore[misc]
+                result = self._deferred_result(self._execute_deferred(run))
+            else:
+                result = super().execute_operation(*args, **kwargs)  # type: ignore[misc]
+        if not _is_awaitable(result):
+            return result
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # No loop: a sync entry point (graphql_sync, graphene's execute, a
+            # Flask view). Finish here, on a loop of our own, batched.
+            return batchy.run(_run_awaitable(result), scope=self.batchy_scope)
+        return self._drive(result)
+
+    def execute_collected_root_fields(
+        self,
+        root_type: Any,
+        root_value: Any,
+        grouped_field_set: Any,
+        serially: bool,
+        new_defer_usages: Any,
+    ) -> Any:
+        # graphql-core 3.3 only: the root fields of a query without @defer.
+        args = (root_type, root_value, grouped_field_set, serially, new_defer_usages)
+        parent = super().execute_collected_root_fields  # type: ignore[misc]
+        if serially or new_defer_usages or not self.batchy_fast_path:
+            return parent(*args)
+        return self._deferred_result(self._execute_deferred(functools.partial(parent, *args)))
+
+    def _deferred_result(self, root: batchy.Task[Any]) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return batchy.run(root, scope=self.batchy_scope)
+        return _await(root)
+
+    async def _drive(self, result: Awaitable[T]) -> T:
+        # Awaited from asyncio (a framework's coroutine): the execution itself
+        # runs as a batchy task in the request's scope.
+        task = start_in_scope(_await(_run_awaitable(result)), self.batchy_scope)
+        try:
+            return await task  # type: ignore[no-any-return]
+        finally:
+            task.cancel()  # a no-op when done; stops the execution when we are cancelled
+
+
+def with_batchy(base: type[T]) -> type[T]:
+    """A subclass of the execution context class ``base`` that runs on batchy.
+
+    Use it to keep a framework's own class, e.g. strawberry's::
+
+        from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+        schema = strawberry.Schema(
+            Query, execution_context_class=with_batchy(StrawberryGraphQLCoreExecutionContext)
+        )
+    """
+    if not (isinstance(base, type) and issubclass(base, _Root)):
+        raise batchy.UsageError(
+            f"with_batchy() takes a graphql-core execution context class (a subclass of "
+            f"graphql.execution.{_Root.__name__} on graphql-core {gql.__version__}), got "
+            f"{base!r}. Pass the class itself, not an instance, and check that it comes "
+            "from the graphql-core this process imports."
+        )
+    if issubclass(base, BatchyMixin):
+        return base
+    return type(f"Batchy{base.__name__}", (BatchyMixin, base), {})
+
+
+#: graphql-core's default execution context class, running on batchy. Pass it as
+#: ``execution_context_class=`` (graphql-core 3.2, graphene, ariadne) or
+#: ``executor_class=`` (graphql-core 3.3); the entry points below use it.
+BatchyExecutionContext: type[Any] = with_batchy(_Base)
+
+
+# -- entry points ---------------------------------------------------------------------
+
+
+def _context_kwargs(cls: type[Any] | None) -> dict[str, Any]:
+    name = "executor_class" if GRAPHQL_CORE_33 else "execution_context_class"
+    return {name: cls if cls is not None else BatchyExecutionContext}
+
+
+def _check_class(cls: type[Any] | None, where: str) -> type[Any] | None:
+    if cls is not None and not (isinstance(cls, type) and issubclass(cls, BatchyMixin)):
+        raise batchy.UsageError(
+            f"{where}(execution_context_class={cls!r}): the class must run on batchy; "
+            f"wrap it: execution_context_class=with_batchy({getattr(cls, '__name__', cls)})"
+        )
+    return cls
+
+
+async def execute(
+    schema: GraphQLSchema,
+    document: DocumentNode,
+    root_value: Any = None,
+    context_value: Any = None,
+    variable_values: dict[str, Any] | None = None,
+    operation_name: str | None = None,
+    *,
+    execution_context_class: type[Any] | None = None,
+    **kwargs: Any,
+) -> ExecutionResult:
+    """Execute a parsed document with batched resolvers, in a scope of its own.
+
+    Other keyword arguments go to graphql-core's ``execute`` (``middleware=``,
+    ``field_resolver=``, ...).
+    """
+    cls = _check_class(execution_context_class, "execute")
+    result = gql.execute(
+        schema,
+        document,
+        root_value,
+        context_value,
+        variable_values,
+        operation_name,
+        **_context_kwargs(cls),
+        **kwargs,
+    )
+    if _is_awaitable(result):
+        return await result  # type: ignore[misc,no-any-return]
+    return result  # type: ignore[return-value]
+
+
+def execute_sync(
+    schema: GraphQLSchema,
+    document: DocumentNode,
+    root_value: Any = None,
+    context_value: Any = None,
+    variable_values: dict[str, Any] | None = None,
+    operation_name: str | None = None,
+    *,
+    execution_context_class: type[Any] | None = None,
+    **kwargs: Any,
+) -> ExecutionResult:
+    """Execute a parsed document from sync code (a Flask or Django view), batched.
+
+    Runs an event loop of its own for the duration of the call; calling it while
+    a loop runs in this thread is an error (``await execute(...)`` there).
+    """
+    cls = _check_class(execution_context_class, "execute_sync")
+    _no_running_loop("execute_sync")
+    result = gql.execute(
+        schema,
+        document,
+        root_value,
+        context_value,
+        variable_values,
+        operation_name,
+        **_context_kwargs(cls),
+        **kwargs,
+    )
+    return result  # type: ignore[return-value]
+
+
+def _no_running_loop(where: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise batchy.UsageError(
+        f"{where}() was called while an event loop is running in this thread; it runs a "
+        f"loop of its own. In async code, use 'await batchy_contrib.graphql."
+        f"{where.removesuffix('_sync')}(...)' instead."
+    )
+
+
+def _parse_and_validate(schema: GraphQLSchema, source: str) -> DocumentNode | ExecutionResult:
+    schema_errors = gql.validate_schema(schema)
+    if schema_errors:
+        return ExecutionResult(data=None, errors=schema_errors)
+    try:
+        document = gql.parse(source)
+    except GraphQLError as error:
+        return ExecutionResult(data=None, errors=[error])
+    errors = gql.validate(schema, document)
+    if errors:
+        return ExecutionResult(data=None, errors=errors)
+    return document
+
+
+async def graphql(
+    schema: GraphQLSchema,
+    source: str,
+    root_value: Any = None,
+    context_value: Any = None,
+    variable_values: dict[str, Any] | None = None,
+    operation_name: str | None = None,
+    **kwargs: Any,
+) -> ExecutionResult:
+    """Parse, validate and execute ``source`` (like ``graphql.graphql``), batched."""
+    document = _parse_and_validate(schema, source)
+    if isinstance(document, ExecutionResult):
+        return document
+    return await execute(
+        schema, document, root_value, context_value, variable_values, operation_name, **kwargs
+    )
+
+
+def graphql_sync(
+    schema: GraphQLSchema,
+    source: str,
+    root_value: Any = None,
+    context_value: Any = None,
+    variable_values: dict[str, Any] | None = None,
+    operation_name: str | None = None,
+    **kwargs: Any,
+) -> ExecutionResult:
+    """Parse, validate and execute ``source`` from sync code (like ``graphql_sync``), batched."""
+    _no_running_loop("graphql_sync")
+    document = _parse_and_validate(schema, source)
+    if isinstance(document, ExecutionResult):
+        return document
+    return execute_sync(
+        schema, document, root_value, context_value, variable_values, operation_name, **kwargs
+    )
