@@ -1,0 +1,83 @@
+"""Fixtures for the data-source tests: a private MariaDB database, SQLite files, dead servers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchy_contrib import mysql, sqlite
+
+HERE = Path(__file__).resolve().parent
+BLOG = HERE.parents[1] / "examples" / "blog"
+for path in (HERE, BLOG):  # contrib_helpers, and the blog example's modules
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from contrib_helpers import Blackhole, Statements  # noqa: E402
+
+# One database per test session: tests of other sessions on the same server
+# (and the demo's blog_* tables in `test`) never see each other's tables.
+DATABASE = f"batchy_contrib_{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def _mysql_database() -> Iterator[str]:
+    import pymysql
+
+    try:
+        conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", connect_timeout=2)
+    except pymysql.err.OperationalError:
+        yield DATABASE  # the `mariadb` fixture skips or fails the test
+        return
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+    try:
+        yield DATABASE
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
+        conn.close()
+
+
+@pytest.fixture
+def mysql_url(mariadb: tuple[str, int], _mysql_database: str) -> str:
+    host, port = mariadb
+    return f"mysql://root@{host}:{port}/{_mysql_database}"
+
+
+@pytest.fixture
+async def mysql_db(mysql_url: str) -> AsyncIterator[mysql.Database]:
+    db = await mysql.connect(mysql_url, minsize=1, maxsize=4)
+    yield db
+    await db.close()
+
+
+@pytest.fixture
+async def sqlite_db(tmp_path: Path) -> AsyncIterator[sqlite.Database]:
+    db = sqlite.Database(str(tmp_path / "test.db"), trace=Statements())
+    yield db
+    await db.close()
+
+
+@pytest.fixture(params=["sqlite", "mysql"])
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """The same tests on both backends: they must behave alike."""
+    if request.param == "sqlite":
+        database: Any = sqlite.Database(str(tmp_path / "test.db"), trace=Statements())
+    else:
+        url = request.getfixturevalue("mysql_url")
+        database = await mysql.connect(url, minsize=1, maxsize=4)
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+def blackhole_port() -> Iterator[int]:
+    hole = Blackhole()
+    yield hole.port
+    hole.close()

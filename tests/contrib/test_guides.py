@@ -1,0 +1,53 @@
+"""The runnable examples the data-source guides include: they run and print what the docs show."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import blog_views
+
+HERE = Path(blog_views.__file__).parent
+
+
+def run(script: str, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, str(HERE / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_sqlite_guide() -> None:
+    assert run("guide_sqlite.py").splitlines() == [
+        "{'user': User(id=1, name='ada'), 'titles': ['Again', 'Hello'], 'posts': 2}",
+        "{'user': User(id=2, name='bob'), 'titles': ['Hi'], 'posts': 1}",
+        "{'user': None, 'titles': [], 'posts': None}",
+    ]
+
+
+def test_mysql_guide(mysql_url: str) -> None:
+    assert run("guide_mysql.py", mysql_url).splitlines() == [
+        "['hello ada', 'hello bob', 'no user 3']",
+        "keys per call: [[1, 2, 3]]",
+        "statements the server received: 1",
+        "None",
+    ]
+
+
+def test_cache_guide(memcached: tuple[str, int]) -> None:
+    lines = run("guide_cache.py", f"{memcached[0]}:{memcached[1]}").splitlines()
+    assert lines == [
+        "[{'id': 1, 'name': 'ada'}, {'id': 2, 'name': 'bob'}, None]",
+        "[{'id': 1, 'name': 'ada'}, {'id': 2, 'name': 'bob'}, None]",
+        "users_by_id calls: [[1, 2, 3]]",
+        "CacheStats(hits=3, misses=3, skipped=0, errors=0, sets=3, deletes=0)",
+        "[{'id': 1, 'name': 'ada lovelace'}, {'id': 2, 'name': 'bob'}, None]",
+        "{'id': 2, 'name': 'bob'} CacheStats(hits=0, misses=1, skipped=0, errors=1, sets=0, "
+        "deletes=0)",
+    ]

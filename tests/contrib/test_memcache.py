@@ -1,0 +1,352 @@
+"""memcached on a real server: the get_many loader, the read-through cache, invalidation, outages."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+import pytest
+from contrib_helpers import closed_port
+
+import batchy
+from batchy.testing import record
+from batchy_contrib import memcache
+from batchy_contrib.memcache import DataSourceError
+
+DATA = {i: {"id": i, "name": f"user{i}"} for i in range(1, 10)}
+
+
+def make_inner(name: str = "users") -> batchy.Loader[int, Any]:
+    @batchy.batched(name=name)
+    async def users(ids: list[int]) -> list[Any]:
+        await asyncio.sleep(0.001)
+        return [DATA.get(i) if i != 666 else ValueError(f"user {i} is cursed") for i in ids]
+
+    return users
+
+
+@pytest.fixture
+def client(memcached: tuple[str, int]) -> Any:
+    host, port = memcached
+    return memcache.connect(f"{host}:{port}")
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}:"  # a fresh namespace per test
+
+
+async def load(loader: batchy.Loader[Any, Any], keys: list[Any]) -> list[Any]:
+    async with batchy.scope():
+        return await batchy.gather(*(loader(k) for k in keys), return_exceptions=True)
+
+
+# -- keys -------------------------------------------------------------------------------
+
+
+def test_safe_keys_pass_through_and_bad_ones_are_hashed() -> None:
+    assert memcache.safe_key("users:42") == "users:42"
+    odd = ["a b", "tab\there", "new\nline", "nul\x00", "é", "x" * 251, "del\x7f"]
+    safe = [memcache.safe_key(k) for k in odd]
+    for s in safe:
+        raw = s.encode()
+        assert len(raw) <= 250 and all(0x21 <= b <= 0x7E for b in raw), s
+    assert len(set(safe)) == len(odd)
+    assert safe[0].startswith("a_b#") and len(safe[0]) == 4 + 64
+    assert memcache.safe_key("x" * 250) == "x" * 250
+    assert memcache.safe_key("a b") == safe[0]  # deterministic
+
+
+async def test_odd_keys_round_trip_through_memcached(client: Any, prefix: str) -> None:
+    keys = ["a b", "ctl\r\n", "é", "x" * 300, ("tuple", 1), 1, "1"]
+    values = {k: f"v{i}" for i, k in enumerate(keys)}
+
+    @batchy.batched(name="odd")
+    def odd(ks: list[Any]) -> list[str]:
+        return [values[k] for k in ks]
+
+    cached = memcache.cached(odd, client, prefix=prefix)
+    assert await load(cached, keys) == [values[k] for k in keys]
+    assert cached.stats.misses == len(keys)
+    assert await load(cached, keys) == [values[k] for k in keys]
+    assert cached.stats.hits == len(keys)  # 1 and "1" are different keys
+
+
+# -- the get_many loader ----------------------------------------------------------------
+
+
+async def test_loader_reads_many_keys_in_one_call(client: Any, prefix: str) -> None:
+    client.set_many({f"{prefix}a": 1, f"{prefix}b": {"x": 2}})
+    sessions = memcache.loader(client, prefix=prefix, name="sessions")
+    with record() as rec:
+        assert await load(sessions, ["a", "b", "zz"]) == [1, {"x": 2}, None]
+    assert rec.calls(sessions) == [["a", "b", "zz"]]
+
+
+async def test_loader_on_a_closed_port_names_loader_and_server() -> None:
+    port = closed_port()
+    sessions = memcache.loader(memcache.connect(f"127.0.0.1:{port}"), name="sessions")
+    (error,) = await load(sessions, ["a"])
+    assert isinstance(error, DataSourceError)
+    assert str(error).startswith(
+        f"loader 'sessions' could not read memcached at 127.0.0.1:{port} ("
+    )
+    assert str(error).endswith(
+        "for keys ['a']; check that memcached is running, or use memcache.cached(...) to "
+        "fall back to the source"
+    )
+
+
+def test_connect_wants_host_and_port() -> None:
+    with pytest.raises(
+        batchy.UsageError, match=r"memcache\.connect\(\) takes 'host:port', got 'localhost'"
+    ):
+        memcache.connect("localhost")
+
+
+# -- the read-through cache -------------------------------------------------------------
+
+
+async def test_cold_then_warm(client: Any, prefix: str) -> None:
+    inner = make_inner()
+    users = memcache.cached(inner, client, prefix=prefix)
+    assert users.name == "cached(users)"
+    with record() as rec:
+        assert await load(users, [1, 2, 3, 2]) == [DATA[1], DATA[2], DATA[3], DATA[2]]
+    assert rec.calls(users) == [[1, 2, 3]]
+    assert rec.calls(inner) == [[1, 2, 3]]
+    assert (users.stats.hits, users.stats.misses, users.stats.sets) == (0, 3, 3)
+    with record() as rec:
+        assert await load(users, [3, 1]) == [DATA[3], DATA[1]]
+    assert rec.calls(inner) == []  # all from memcached
+    assert users.stats.hits == 2
+
+
+async def test_only_the_misses_go_to_the_inner_loader(client: Any, prefix: str) -> None:
+    inner = make_inner()
+    users = memcache.cached(inner, client, prefix=prefix)
+    await load(users, [1, 2])
+    users.stats.reset()
+    with record() as rec:
+        assert await load(users, [1, 2, 3, 4]) == [DATA[1], DATA[2], DATA[3], DATA[4]]
+    assert rec.calls(inner) == [[3, 4]]
+    assert (users.stats.hits, users.stats.misses) == (2, 2)
+
+
+async def test_values_live_for_the_ttl(client: Any, prefix: str) -> None:
+    inner = make_inner()
+    users = memcache.cached(inner, client, prefix=prefix, ttl=1)
+    await load(users, [1])
+    assert client.get(users.memcache_key(1)) == DATA[1]
+    await asyncio.sleep(2.1)
+    with record() as rec:
+        await load(users, [1])
+    assert rec.calls(inner) == [[1]]
+
+
+async def test_none_is_cached_unless_told_not_to(client: Any, prefix: str) -> None:
+    inner = make_inner()
+    users = memcache.cached(inner, client, prefix=prefix)
+    await load(users, [404])
+    with record() as rec:
+        assert await load(users, [404]) == [None]
+    assert rec.calls(inner) == []
+    no_none = memcache.cached(inner, client, prefix=prefix + "n:", cache_none=False)
+    await load(no_none, [404])
+    with record() as rec:
+        await load(no_none, [404])
+    assert rec.calls(inner) == [[404]]
+
+
+async def test_errors_of_the_inner_loader_fail_their_key_and_are_not_cached(
+    client: Any, prefix: str
+) -> None:
+    inner = make_inner()
+    users = memcache.cached(inner, client, prefix=prefix)
+    one, cursed = await load(users, [1, 666])
+    assert one == DATA[1]
+    assert isinstance(cursed, ValueError) and str(cursed) == "user 666 is cursed"
+    assert client.get(users.memcache_key(666)) is None
+    with record() as rec:
+        await load(users, [1, 666])
+    assert rec.calls(inner) == [[666]]
+
+
+async def test_delete_invalidates_memcached_and_the_scope(client: Any, prefix: str) -> None:
+    inner = make_inner()
+    users = memcache.cached(inner, client, prefix=prefix)
+    async with batchy.scope():
+        assert await users(1) == DATA[1]
+        DATA[1] = {"id": 1, "name": "renamed"}
+        try:
+            assert await users(1) == {"id": 1, "name": "user1"}  # still cached
+            assert users.delete(1) is True
+            assert await users(1) == {"id": 1, "name": "renamed"}
+        finally:
+            DATA[1] = {"id": 1, "name": "user1"}
+        assert await users.adelete(1) is True
+        assert await users(1) == DATA[1]
+    assert users.stats.deletes == 2
+
+
+async def test_the_cache_runs_in_a_thread_and_never_stalls_the_loop(
+    blackhole_port: int, prefix: str
+) -> None:
+    """A hung memcached: the loop keeps running, the request is served by the inner loader."""
+    inner = make_inner()
+    hung = memcache.connect(f"127.0.0.1:{blackhole_port}", timeout=5, connect_timeout=5)
+    users = memcache.cached(inner, hung, prefix=prefix, timeout=0.3)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    tick_task = asyncio.ensure_future(ticker())
+    started = time.monotonic()
+    assert await load(users, [1, 2]) == [DATA[1], DATA[2]]
+    elapsed = time.monotonic() - started
+    tick_task.cancel()
+    assert 0.25 < elapsed < 1.5
+    assert ticks >= 10  # the loop ran while memcached did not answer
+    assert users.stats.errors == 1 and users.stats.misses == 2
+
+
+async def test_memcached_down_serves_from_the_source_counts_and_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    port = closed_port()
+    inner = make_inner()
+    users = memcache.cached(inner, memcache.connect(f"127.0.0.1:{port}"), retry_after=30)
+    with caplog.at_level(logging.WARNING, logger="batchy_contrib.memcache"):
+        with record() as rec:
+            assert await load(users, [1, 2]) == [DATA[1], DATA[2]]
+            assert await load(users, [3]) == [DATA[3]]  # within retry_after: not asked
+    assert rec.calls(inner) == [[1, 2], [3]]
+    assert users.stats.errors == 1 and users.stats.skipped == 1
+    assert users.stats.sets == 0  # no write-back to a cache that just failed
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith(
+        f"memcached at 127.0.0.1:{port} failed in get_many for loader 'cached(users)' ("
+    )
+    assert message.endswith("serving from 'users', not asking memcached for 30.0 s")
+
+
+async def test_delete_with_memcached_down_reports_false(caplog: pytest.LogCaptureFixture) -> None:
+    port = closed_port()
+    users = memcache.cached(make_inner(), memcache.connect(f"127.0.0.1:{port}"), ttl=60)
+    with caplog.at_level(logging.WARNING, logger="batchy_contrib.memcache"):
+        assert users.delete(1, 2) is False
+        assert await users.adelete(3) is False
+    assert users.stats.errors == 2
+    assert (
+        caplog.records[0]
+        .getMessage()
+        .startswith(
+            f"memcached at 127.0.0.1:{port} could not delete [1, 2] for loader 'cached(users)' ("
+        )
+    )
+    assert caplog.records[0].getMessage().endswith("the old values stay until their TTL (60 s)")
+
+
+def test_cached_wants_a_loader_and_a_ttl(client: Any) -> None:
+    with pytest.raises(
+        batchy.UsageError, match=r"memcache.cached\(\) wraps a batchy loader, got <function"
+    ):
+        memcache.cached(lambda ids: ids, client)  # type: ignore[arg-type]
+    with pytest.raises(
+        batchy.UsageError,
+        match=r"memcache.cached\(users\) ttl= must be whole seconds >= 0 \(0: no expiry\), got -1",
+    ):
+        memcache.cached(make_inner(), client, ttl=-1)
+
+
+async def test_cache_overlaps_with_the_database_batch_of_the_same_round(
+    client: Any, prefix: str
+) -> None:
+    """A cached loader and a slow uncached one in one round: memcached does not wait for it."""
+    inner = make_inner()
+    users = memcache.cached(inner, client, prefix=prefix)
+    await load(users, [1])  # warm
+
+    @batchy.batched(name="slow")
+    async def slow(keys: list[int]) -> list[int]:
+        await asyncio.sleep(0.3)
+        return keys
+
+    finished: dict[str, float] = {}
+    started = time.monotonic()
+
+    @batchy.task
+    async def get_user() -> Any:
+        user = await users(1)
+        finished["user"] = time.monotonic() - started
+        return user
+
+    @batchy.task
+    async def get_slow() -> Any:
+        value = await slow(7)
+        finished["slow"] = time.monotonic() - started
+        return value
+
+    with record() as rec:
+        async with batchy.scope():
+            assert await batchy.gather(get_user(), get_slow()) == [DATA[1], 7]
+    assert rec.round_events[0].loaders == ("cached(users)", "slow")
+    assert finished["user"] < 0.15
+    assert finished["slow"] >= 0.3
+
+
+async def test_unhashable_keys_use_the_inner_key_function(client: Any, prefix: str) -> None:
+    @batchy.batched(name="pairs", key=tuple)
+    async def pairs(keys: list[list[int]]) -> list[int]:
+        return [sum(k) for k in keys]
+
+    cached = memcache.cached(pairs, client, prefix=prefix)
+    with record() as rec:
+        assert await load(cached, [[1, 2], [1, 2], [3, 4]]) == [3, 3, 7]
+        assert await load(cached, [[1, 2]]) == [3]
+    assert rec.calls(pairs) == [[[1, 2], [3, 4]]]
+
+
+async def test_a_value_memcached_refuses_does_not_disable_the_cache(
+    client: Any, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    @batchy.batched(name="blobs")
+    async def blobs(keys: list[int]) -> list[str]:
+        return ["x" * 2_000_000 if k == 1 else f"small{k}" for k in keys]  # 1: over 1 MB
+
+    cached = memcache.cached(blobs, client, prefix=prefix)
+    with caplog.at_level(logging.WARNING, logger="batchy_contrib.memcache"):
+        assert [len(v) for v in await load(cached, [1, 2])] == [2_000_000, 6]
+    assert cached.stats.errors == 1
+    assert (
+        caplog.records[0]
+        .getMessage()
+        .startswith(f"memcached at {cached.server} refused set_many for loader 'cached(blobs)' (")
+    )
+    with record() as rec:
+        assert await load(cached, [3]) == ["small3"]  # memcached is still asked
+        assert await load(cached, [3]) == ["small3"]
+    assert rec.calls(blobs) == [[3]]
+    assert cached.stats.skipped == 0
+
+
+async def test_a_single_socket_client_is_used_by_one_thread_at_a_time(
+    memcached: tuple[str, int], prefix: str
+) -> None:
+    from pymemcache import serde
+    from pymemcache.client.base import Client
+
+    plain = Client(memcached, serde=serde.pickle_serde)
+    inner = make_inner()
+    users = memcache.cached(inner, plain, prefix=prefix, max_batch_size=1)  # 9 parallel calls
+    keys = list(range(1, 10))
+    for _ in range(3):
+        assert await load(users, keys) == [DATA[k] for k in keys]
+    assert users.stats.errors == 0 and users.stats.hits == 18
