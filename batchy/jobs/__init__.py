@@ -1,0 +1,90 @@
+"""Background jobs on the batchy engine: jobs running at once in one worker batch their loads.
+
+::
+
+    from batchy.jobs import Queue
+
+    queue = Queue("jobs.db")
+
+    @queue.job
+    async def welcome(user_id: int) -> None:
+        user = await users_by_id(user_id)
+        ...
+
+    await welcome.enqueue(42)          # then: batchy worker app:queue --concurrency 100
+"""
+
+from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
+from ._cron import Cron, Every, Schedule
+from ._errors import (
+    ConfigError,
+    JobDefinitionError,
+    JobError,
+    JobTimeout,
+    PayloadError,
+    SerializationError,
+    UnknownJobError,
+)
+from ._handle import DeadJobError, Handle, ResultNotKept
+from ._hooks import JobEvent, JobHook
+from ._job import JobCall, JobType
+from ._memory import MemoryBackend
+from ._model import (
+    Claimed,
+    DeadJob,
+    Envelope,
+    Info,
+    JobStatus,
+    JSONSerializer,
+    Outcome,
+    QueueInfo,
+    Serializer,
+    WorkerInfo,
+)
+from ._queue import Periodic, Queue
+from ._retry import DEFAULT_RETRIES, Backoff, Retry, sidekiq_backoff
+from ._sqlite import SQLiteBackend
+from ._worker import Worker, parse_queues
+
+__all__ = [
+    "DEAD_MAX",
+    "DEAD_MAX_AGE",
+    "DEFAULT_RETRIES",
+    "Backend",
+    "Backoff",
+    "Claimed",
+    "ConfigError",
+    "Cron",
+    "DeadJob",
+    "DeadJobError",
+    "Envelope",
+    "Every",
+    "Handle",
+    "Info",
+    "JSONSerializer",
+    "JobCall",
+    "JobDefinitionError",
+    "JobError",
+    "JobEvent",
+    "JobHook",
+    "JobStatus",
+    "JobTimeout",
+    "JobType",
+    "MemoryBackend",
+    "Outcome",
+    "PayloadError",
+    "Periodic",
+    "Queue",
+    "QueueInfo",
+    "ResultNotKept",
+    "Retry",
+    "SQLiteBackend",
+    "Schedule",
+    "SerializationError",
+    "Serializer",
+    "UnknownJobError",
+    "Worker",
+    "WorkerInfo",
+    "parse_queues",
+    "sidekiq_backoff",
+]

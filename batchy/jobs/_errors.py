@@ -1,0 +1,55 @@
+"""The exceptions of the job system, all under :class:`batchy.BatchyError`.
+
+    BatchyError
+     +-- JobError                 base of everything below
+          +-- JobDefinitionError  a job type or queue was declared the wrong way
+          +-- SerializationError  arguments or a result do not fit the serializer (also a TypeError)
+          +-- UnknownJobError     a payload names a job type this process does not know
+          +-- PayloadError        a stored payload cannot be decoded
+          +-- JobTimeout          a job ran longer than its ``timeout``
+          +-- ConfigError         a worker or CLI option is wrong
+
+Every message names the job, queue or value and suggests a fix.
+"""
+
+from __future__ import annotations
+
+from batchy import BatchyError
+
+__all__ = [
+    "ConfigError",
+    "JobDefinitionError",
+    "JobError",
+    "JobTimeout",
+    "PayloadError",
+    "SerializationError",
+    "UnknownJobError",
+]
+
+
+class JobError(BatchyError):
+    """Base class of the errors raised by :mod:`batchy.jobs`."""
+
+
+class JobDefinitionError(JobError):
+    """A job type or queue was declared in a way the job system cannot honour."""
+
+
+class SerializationError(JobError, TypeError):
+    """A job's arguments (or result) cannot be serialized; nothing was enqueued."""
+
+
+class UnknownJobError(JobError):
+    """A payload names a job type that is not registered on the worker's queue."""
+
+
+class PayloadError(JobError):
+    """A stored payload is not a job this worker can decode."""
+
+
+class JobTimeout(JobError):
+    """A job ran longer than its ``timeout`` and was cancelled."""
+
+
+class ConfigError(JobError):
+    """A worker, backend or command-line option is invalid."""

@@ -1,0 +1,183 @@
+"""A job type (a handler plus its options) and a call of it that is ready to enqueue."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+import batchy
+
+from ._errors import JobDefinitionError
+from ._model import Message, new_id
+from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
+
+if TYPE_CHECKING:
+    from ._handle import Handle
+    from ._queue import Queue
+
+__all__ = ["JobCall", "JobType"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class JobCall:
+    """One call of a job type with its arguments and enqueue options, not yet enqueued."""
+
+    job: JobType[Any, Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    delay: float | None = None
+    at: float | None = None
+    retries: int | None = None
+    queue: str | None = None
+    id: str | None = None
+    attempt: int = field(default=0)
+
+    def message(self, now: float) -> Message:
+        return Message(
+            id=self.id or new_id(),
+            queue=self.queue or self.job.queue_name,
+            job=self.job.name,
+            args=list(self.args),
+            kwargs=dict(self.kwargs),
+            attempt=self.attempt,
+            enqueued_at=now,
+            retries=self.retries,
+        )
+
+    def due(self, now: float) -> float | None:
+        if self.at is not None:
+            return self.at
+        if self.delay is not None and self.delay > 0:
+            return now + self.delay
+        return None
+
+    async def enqueue(self) -> Handle:
+        """Enqueue this call; returns its :class:`Handle`."""
+        (handle,) = await self.job.queue.enqueue_many([self])
+        return handle
+
+    def enqueue_sync(self) -> Handle:
+        """Enqueue this call from code without an event loop."""
+        (handle,) = self.job.queue.enqueue_many_sync([self])
+        return handle
+
+
+class _Options(Generic[P]):
+    """Enqueue options bound to a job type: ``job.options(delay=60).enqueue(...)``."""
+
+    def __init__(self, job: JobType[P, Any], template: JobCall) -> None:
+        self._job = job
+        self._template = template
+
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> JobCall:
+        return replace(self._template, args=args, kwargs=kwargs)
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle:
+        return await self.call(*args, **kwargs).enqueue()
+
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> Handle:
+        return self.call(*args, **kwargs).enqueue_sync()
+
+
+class JobType(Generic[P, T]):
+    """A handler declared with :meth:`Queue.job`. Enqueue it, or call it to run it here."""
+
+    def __init__(
+        self,
+        owner: Queue,
+        fn: Callable[P, Any],
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retries: int = DEFAULT_RETRIES,
+        timeout: float | None = None,
+        backoff: Backoff = sidekiq_backoff,
+        keep_result: float | None = None,
+        **unknown: Any,
+    ) -> None:
+        from ._queue import check_queue_name
+
+        label = getattr(fn, "__qualname__", repr(fn))
+        if unknown:
+            raise JobDefinitionError(
+                f"job {label!r}: unknown option(s) {sorted(unknown)}; the options are name, "
+                "queue, retries, timeout, backoff, keep_result"
+            )
+        if type(retries) is not int or retries < 0:
+            raise JobDefinitionError(
+                f"job {label!r}: retries={retries!r} must be an int >= 0 (0: never retry)"
+            )
+        if timeout is not None and not timeout > 0:
+            raise JobDefinitionError(
+                f"job {label!r}: timeout={timeout!r} must be a positive number of seconds or None"
+            )
+        if not callable(backoff):
+            raise JobDefinitionError(
+                f"job {label!r}: backoff={backoff!r} must be a function "
+                "(retries_done, error) -> seconds"
+            )
+        self.queue = owner
+        self.fn = fn
+        self.handler: batchy.TaskFunction[P, T] = batchy.task(fn)
+        self.name = name or f"{fn.__module__}.{label}"
+        self.queue_name = check_queue_name(queue or owner.default_queue, f"job {self.name!r}")
+        self.retries = retries
+        self.timeout = timeout
+        self.backoff = backoff
+        self.keep_result = owner.keep_result if keep_result is None else keep_result
+
+    def __repr__(self) -> str:
+        return f"<batchy.jobs.JobType {self.name} queue={self.queue_name}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> batchy.Task[T]:
+        """Run the handler here and now (as a batchy task), without the queue."""
+        return self.handler(*args, **kwargs)
+
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> JobCall:
+        """This job with these arguments, for :meth:`Queue.enqueue_many`."""
+        return JobCall(self, args, kwargs)
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle:
+        """Enqueue one job; arguments must serialize (JSON by default) or nothing is enqueued."""
+        return await self.call(*args, **kwargs).enqueue()
+
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> Handle:
+        """:meth:`enqueue` for code without an event loop (a Flask view, a Django signal)."""
+        return self.call(*args, **kwargs).enqueue_sync()
+
+    def options(
+        self,
+        *,
+        delay: float | None = None,
+        at: float | None = None,
+        retries: int | None = None,
+        queue: str | None = None,
+        id: str | None = None,
+    ) -> _Options[P]:
+        """Enqueue options for one call: ``await job.options(delay=60).enqueue(x)``.
+
+        ``delay`` in seconds or ``at`` a Unix time; ``retries`` overrides the job
+        type's; ``queue`` sends it to another queue; ``id`` sets the job id.
+        """
+        if delay is not None and at is not None:
+            raise JobDefinitionError(
+                f"job {self.name!r}: pass delay= or at=, not both (at={at!r} is a Unix time, "
+                f"delay={delay!r} seconds from now)"
+            )
+        if at is not None and at > time.time() + 10 * 365 * 86400:
+            raise JobDefinitionError(
+                f"job {self.name!r}: at={at!r} is more than 10 years away; at= takes a Unix "
+                "time in seconds (time.time() + 60), not milliseconds"
+            )
+        if retries is not None and (type(retries) is not int or retries < 0):
+            raise JobDefinitionError(f"job {self.name!r}: retries={retries!r} must be an int >= 0")
+        if queue is not None:
+            from ._queue import check_queue_name
+
+            check_queue_name(queue, f"job {self.name!r}")
+        return _Options(self, JobCall(self, (), {}, delay, at, retries, queue, id))

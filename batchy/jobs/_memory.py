@@ -1,0 +1,194 @@
+"""The in-memory store, for tests and one-process scripts: plain dicts, one event loop.
+
+Every method runs without awaiting, so each is atomic on its event loop: the
+same guarantees as the SQLite and Redis stores, without durability.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
+from ._model import Claimed, DeadJob, Envelope, Info, JobStatus, Outcome, QueueInfo, WorkerInfo
+
+__all__ = ["MemoryBackend"]
+
+
+@dataclass(slots=True)
+class _Job:
+    id: str
+    queue: str
+    payload: str
+    due: float
+    seq: int
+    retrying: bool = False
+    owner: str | None = None
+    lease: float = 0.0
+
+
+class MemoryBackend(Backend):
+    """Jobs in this process's memory; gone when it exits. ``Queue(MemoryBackend())``."""
+
+    def __init__(self, *, dead_max: int = DEAD_MAX, dead_max_age: float = DEAD_MAX_AGE) -> None:
+        self.dead_max = dead_max
+        self.dead_max_age = dead_max_age
+        self._jobs: dict[str, _Job] = {}
+        # Per queue, a heap of (due, seq, id); stale entries are skipped on pop.
+        self._ready: dict[str, list[tuple[float, int, str]]] = {}
+        self._seq = itertools.count()
+        self._results: dict[str, tuple[str | None, float]] = {}
+        self._dead: dict[str, DeadJob] = {}
+        self._uniques: dict[str, float] = {}
+        self._workers: dict[str, tuple[WorkerInfo, float]] = {}
+        self._leased: dict[str, _Job] = {}  # claimed jobs only, so recovery scans only them
+
+    def __repr__(self) -> str:
+        return f"<MemoryBackend jobs={len(self._jobs)}>"
+
+    def _put(self, job: _Job) -> None:
+        job.seq = next(self._seq)
+        heapq.heappush(self._ready.setdefault(job.queue, []), (job.due, job.seq, job.id))
+
+    async def push(self, envelopes: Sequence[Envelope], now: float) -> list[bool]:
+        pushed = []
+        for env in envelopes:
+            if env.id in self._jobs:
+                pushed.append(False)
+                continue
+            if env.unique is not None:
+                if self._uniques.get(env.unique, 0.0) > now:
+                    pushed.append(False)
+                    continue
+                self._uniques[env.unique] = now + env.unique_ttl
+            due = now if env.due is None else env.due
+            job = self._jobs[env.id] = _Job(env.id, env.queue, env.payload, due, 0)
+            self._put(job)
+            pushed.append(True)
+        return pushed
+
+    async def cycle(
+        self,
+        outcomes: Sequence[Outcome],
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease: float,
+        now: float,
+    ) -> list[Claimed]:
+        for outcome in outcomes:
+            self._apply(outcome, now)
+        for job in [j for j in self._leased.values() if j.lease < now]:
+            del self._leased[job.id]
+            job.owner = None  # its worker died: back to its queue
+            self._put(job)
+        claimed: list[Claimed] = []
+        for queue in queues:
+            heap = self._ready.get(queue, [])
+            while heap and len(claimed) < limit and heap[0][0] <= now:
+                _, seq, job_id = heapq.heappop(heap)
+                found = self._jobs.get(job_id)
+                if found is None or found.seq != seq or found.owner is not None:
+                    continue  # stale heap entry
+                found.owner, found.lease, found.retrying = worker, now + lease, False
+                self._leased[found.id] = found
+                claimed.append(Claimed(found.id, found.queue, found.payload))
+        return claimed
+
+    def _apply(self, outcome: Outcome, now: float) -> None:
+        job = self._jobs.get(outcome.id)
+        self._leased.pop(outcome.id, None)
+        if outcome.kind == "done":
+            self._jobs.pop(outcome.id, None)
+            if outcome.keep > 0:
+                self._results[outcome.id] = (outcome.result, now + outcome.keep)
+        elif outcome.kind == "dead":
+            self._jobs.pop(outcome.id, None)
+            self._dead[outcome.id] = DeadJob(
+                outcome.id, outcome.queue, outcome.payload or "", outcome.reason,
+                outcome.traceback, now,
+            )  # fmt: skip
+            self._cap_dead(now)
+        elif job is not None:
+            job.owner = None
+            if outcome.kind == "retry":
+                job.payload, job.due, job.retrying = (
+                    outcome.payload or job.payload,
+                    outcome.due,
+                    True,
+                )
+            self._put(job)
+
+    def _cap_dead(self, now: float) -> None:
+        by_age = sorted(self._dead.values(), key=lambda d: d.died_at, reverse=True)
+        for i, dead in enumerate(by_age):
+            if i >= self.dead_max or dead.died_at < now - self.dead_max_age:
+                del self._dead[dead.id]
+
+    async def heartbeat(
+        self, worker: WorkerInfo, ids: Sequence[str], lease: float, now: float
+    ) -> list[str]:
+        lost = []
+        for job_id in ids:
+            job = self._jobs.get(job_id)
+            if job is None or job.owner != worker.id:
+                lost.append(job_id)
+            else:
+                job.lease = now + lease
+        self._workers[worker.id] = (worker, now + lease)
+        return lost
+
+    async def forget_worker(self, worker_id: str) -> None:
+        self._workers.pop(worker_id, None)
+
+    async def status(self, job_id: str, now: float) -> JobStatus:
+        job = self._jobs.get(job_id)
+        if job is not None:
+            if job.owner is not None:
+                return JobStatus(job_id, "running")
+            if job.due > now:
+                return JobStatus(job_id, "retrying" if job.retrying else "scheduled")
+            return JobStatus(job_id, "queued")
+        if job_id in self._dead:
+            return JobStatus(job_id, "dead", reason=self._dead[job_id].reason)
+        kept = self._results.get(job_id)
+        if kept is not None and kept[1] >= now:
+            return JobStatus(job_id, "done", result=kept[0])
+        return JobStatus(job_id, "unknown")
+
+    async def info(self, now: float) -> Info:
+        queues = []
+        for name in sorted(self._ready):
+            jobs = [j for j in self._jobs.values() if j.queue == name]
+            ready = [j.due for j in jobs if j.owner is None and j.due <= now]
+            waiting = [j for j in jobs if j.owner is None and j.due > now]
+            queues.append(
+                QueueInfo(
+                    name,
+                    len(ready),
+                    max(0.0, now - min(ready)) if ready else 0.0,
+                    sum(1 for j in jobs if j.owner is not None),
+                    sum(1 for j in waiting if not j.retrying),
+                    sum(1 for j in waiting if j.retrying),
+                )
+            )
+        workers = tuple(w for w, expires in self._workers.values() if expires >= now)
+        return Info(tuple(queues), len(self._dead), workers)
+
+    async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
+        return sorted(self._dead.values(), key=lambda d: d.died_at, reverse=True)[:limit]
+
+    async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
+        chosen = [i for i in (self._dead if ids is None else ids) if i in self._dead]
+        for job_id in chosen:
+            dead = self._dead.pop(job_id)
+            await self.push([Envelope(dead.id, dead.queue, dead.payload)], now)
+        return len(chosen)
+
+    async def delete_dead(self, ids: Sequence[str] | None) -> int:
+        chosen = [i for i in (self._dead if ids is None else ids) if i in self._dead]
+        for job_id in chosen:
+            del self._dead[job_id]
+        return len(chosen)

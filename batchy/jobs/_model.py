@@ -1,0 +1,265 @@
+"""The records that cross the line between the job system and a store, and their encoding.
+
+A store (a *backend*) never looks inside a payload: it keeps an id, a queue name
+and an opaque string. Everything about a job that the worker needs (its type,
+arguments, attempt count) is in the payload, encoded by a :class:`Serializer`,
+JSON by default. Pickle is never the default: a pickled payload in a shared
+store lets anyone who can write to it run code on every worker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from ._errors import PayloadError, SerializationError
+
+__all__ = [
+    "Claimed",
+    "DeadJob",
+    "Envelope",
+    "Info",
+    "JSONSerializer",
+    "JobStatus",
+    "Message",
+    "Outcome",
+    "QueueInfo",
+    "Serializer",
+    "WorkerInfo",
+    "decode",
+    "encode",
+    "new_id",
+]
+
+OutcomeKind = Literal["done", "retry", "dead", "release"]
+
+
+def new_id() -> str:
+    """A fresh job id (32 hex characters)."""
+    return uuid.uuid4().hex
+
+
+class Serializer(Protocol):
+    """Turns a payload (dicts, lists, strings, numbers) into a string and back."""
+
+    def dumps(self, value: Any) -> str: ...
+
+    def loads(self, data: str) -> Any: ...
+
+
+class JSONSerializer:
+    """The default serializer: compact JSON, no NaN, nothing that needs a custom type."""
+
+    def dumps(self, value: Any) -> str:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+    def loads(self, data: str) -> Any:
+        return json.loads(data)
+
+
+@dataclass(slots=True)
+class Message:
+    """A decoded job: what to run, with what, and how often it failed so far."""
+
+    id: str
+    queue: str
+    job: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempt: int = 0
+    enqueued_at: float = field(default_factory=time.time)
+    retries: int | None = None  # per-enqueue override of the job type's retries
+    error: str | None = None  # the last failure, kept for the dead set and `batchy info`
+
+
+def encode(message: Message, serializer: Serializer) -> str:
+    """The payload string of ``message``; raises :class:`SerializationError` naming the job."""
+    body: dict[str, Any] = {
+        "job": message.job,
+        "args": message.args,
+        "kwargs": message.kwargs,
+        "attempt": message.attempt,
+        "enqueued_at": message.enqueued_at,
+    }
+    if message.retries is not None:
+        body["retries"] = message.retries
+    if message.error is not None:
+        body["error"] = message.error
+    try:
+        return serializer.dumps(body)
+    except (TypeError, ValueError) as error:
+        raise SerializationError(
+            f"job {message.job!r} (queue {message.queue!r}) cannot be enqueued: its "
+            f"arguments do not serialize with {type(serializer).__name__} ({error}); "
+            "pass plain JSON values (str, int, float, bool, None, lists, dicts with str "
+            "keys), e.g. an id instead of an object; nothing was enqueued"
+        ) from error
+
+
+def decode(claimed: Claimed, serializer: Serializer) -> Message:
+    """The message in a claimed payload; raises :class:`PayloadError` saying what is wrong."""
+    try:
+        body = serializer.loads(claimed.payload)
+    except Exception as error:
+        raise PayloadError(
+            f"job {claimed.id} on queue {claimed.queue!r}: payload {claimed.payload[:80]!r} "
+            f"cannot be decoded by {type(serializer).__name__} ({error}); enqueue jobs "
+            "through batchy.jobs (or write the same JSON shape) rather than by hand"
+        ) from error
+    ok = (
+        isinstance(body, dict)
+        and isinstance(body.get("job"), str)
+        and isinstance(body.get("args", []), list)
+        and isinstance(body.get("kwargs", {}), dict)
+        and isinstance(body.get("attempt", 0), int)
+    )
+    if not ok:
+        raise PayloadError(
+            f"job {claimed.id} on queue {claimed.queue!r}: payload {claimed.payload[:80]!r} "
+            "is not a job (expected an object with 'job' (str), 'args' (list), 'kwargs' "
+            "(object), 'attempt' (int)); enqueue jobs through batchy.jobs"
+        )
+    retries = body.get("retries")
+    return Message(
+        id=claimed.id,
+        queue=claimed.queue,
+        job=body["job"],
+        args=body.get("args", []),
+        kwargs=body.get("kwargs", {}),
+        attempt=body.get("attempt", 0),
+        enqueued_at=float(body.get("enqueued_at", 0.0)),
+        retries=retries if isinstance(retries, int) else None,
+        error=body.get("error"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """An encoded job on its way into a store.
+
+    ``due`` is a Unix time (``None``: now). ``unique`` makes the enqueue happen at
+    most once per key for ``unique_ttl`` seconds, whoever tries (periodic ticks).
+    """
+
+    id: str
+    queue: str
+    payload: str
+    due: float | None = None
+    unique: str | None = None
+    unique_ttl: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A job a worker holds a lease on."""
+
+    id: str
+    queue: str
+    payload: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of a claimed job; a store applies many of them in one round trip.
+
+    - ``done``: remove it; keep ``result`` (a payload string) for ``keep`` seconds.
+    - ``retry``: run it again at ``due`` with the new ``payload``.
+    - ``dead``: move it to the dead set with ``reason`` and ``traceback``.
+    - ``release``: give it back to its queue now, unchanged (shutdown).
+    """
+
+    id: str
+    kind: OutcomeKind
+    queue: str = ""
+    payload: str | None = None
+    due: float = 0.0
+    result: str | None = None
+    keep: float = 0.0
+    reason: str = ""
+    traceback: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """Where a job is: ``queued``, ``scheduled``, ``running``, ``retrying``, ``done``,
+    ``dead`` or ``unknown`` (never enqueued, or done and its result not kept)."""
+
+    id: str
+    state: str
+    result: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadJob:
+    """A job that will not run again unless retried by hand."""
+
+    id: str
+    queue: str
+    payload: str
+    reason: str
+    traceback: str
+    died_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker as ``batchy info`` shows it."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    running: tuple[str, ...] = ()
+    started_at: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "id": self.id,
+                "host": self.host,
+                "pid": self.pid,
+                "queues": list(self.queues),
+                "concurrency": self.concurrency,
+                "running": list(self.running),
+                "started_at": self.started_at,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: str) -> WorkerInfo:
+        d = json.loads(data)
+        return cls(
+            id=d["id"],
+            host=d["host"],
+            pid=d["pid"],
+            queues=tuple(d["queues"]),
+            concurrency=d["concurrency"],
+            running=tuple(d["running"]),
+            started_at=d["started_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """Counts for one queue; ``latency`` is the age in seconds of its oldest ready job."""
+
+    name: str
+    size: int
+    latency: float
+    running: int
+    scheduled: int
+    retrying: int
+
+
+@dataclass(frozen=True, slots=True)
+class Info:
+    """A snapshot of a store: its queues, its dead set and its live workers."""
+
+    queues: tuple[QueueInfo, ...]
+    dead: int
+    workers: tuple[WorkerInfo, ...]

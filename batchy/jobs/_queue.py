@@ -1,0 +1,236 @@
+"""The queue object users declare jobs on, enqueue through, and hand to workers.
+
+::
+
+    from batchy.jobs import Queue
+
+    queue = Queue("jobs.db")     # a SQLite file; or Queue(MemoryBackend()), RedisBackend(url)
+
+    @queue.job(retries=5, timeout=30)
+    async def send_welcome(user_id: int) -> None:
+        user = await users_by_id(user_id)    # batched with every other running job's loads
+        ...
+
+    handle = await send_welcome.enqueue(42)
+    await queue.enqueue_many(send_welcome.call(uid) for uid in new_users)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from ._backend import Backend
+from ._cron import Cron, Every, Schedule
+from ._errors import JobDefinitionError
+from ._handle import Handle
+from ._job import JobCall, JobType
+from ._model import DeadJob, Envelope, Info, JSONSerializer, Serializer, encode
+from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
+
+if TYPE_CHECKING:
+    from ._hooks import JobHook
+    from ._worker import Worker
+
+__all__ = ["Periodic", "Queue"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
+
+
+def check_queue_name(name: object, what: str) -> str:
+    """``name`` if it is a usable queue name; a :class:`JobDefinitionError` otherwise."""
+    if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS:
+        raise JobDefinitionError(
+            f"{what}: queue name {name!r} is not valid; use letters, digits and _-.: "
+            "(e.g. 'default', 'critical')"
+        )
+    return name
+
+
+class Periodic(Generic[P, T]):
+    """A job type enqueued by workers on a schedule, once per tick across all workers."""
+
+    def __init__(self, job: JobType[P, T], schedule: Schedule) -> None:
+        self.job = job
+        self.schedule = schedule
+
+    def __repr__(self) -> str:
+        return f"<batchy.jobs.Periodic {self.job.name} {self.schedule!r}>"
+
+
+class Queue:
+    """Job types, a store and the settings they share.
+
+    ``backend`` is a :class:`Backend`, or a path for a SQLite file (the default,
+    ``batchy-jobs.db``). ``default_queue`` is the queue of job types declared
+    without one. Results are kept ``keep_result`` seconds (0: not kept).
+    """
+
+    def __init__(
+        self,
+        backend: Backend | str | Path | None = None,
+        *,
+        default_queue: str = "default",
+        serializer: Serializer | None = None,
+        keep_result: float = 3600.0,
+        hooks: Iterable[JobHook] = (),
+    ) -> None:
+        if backend is None or isinstance(backend, (str, Path)):
+            from ._sqlite import SQLiteBackend
+
+            backend = SQLiteBackend(backend or "batchy-jobs.db")
+        if not isinstance(backend, Backend):
+            raise JobDefinitionError(
+                f"Queue(backend={backend!r}): expected a batchy.jobs Backend "
+                "(MemoryBackend(), SQLiteBackend(path), RedisBackend(url)) or a SQLite path"
+            )
+        self.backend = backend
+        self.default_queue = check_queue_name(default_queue, "Queue(default_queue=...)")
+        self.serializer: Serializer = serializer or JSONSerializer()
+        self.keep_result = keep_result
+        self.hooks: list[JobHook] = list(hooks)
+        self.jobs: dict[str, JobType[Any, Any]] = {}
+        self.periodics: list[Periodic[Any, Any]] = []
+
+    def __repr__(self) -> str:
+        return f"<batchy.jobs.Queue {self.backend!r} jobs={len(self.jobs)}>"
+
+    # -- declaring -------------------------------------------------------------------
+
+    @overload
+    def job(self, fn: Callable[P, Any], /) -> JobType[P, Any]: ...
+    @overload
+    def job(
+        self,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retries: int = DEFAULT_RETRIES,
+        timeout: float | None = None,
+        backoff: Backoff = sidekiq_backoff,
+        keep_result: float | None = None,
+    ) -> Callable[[Callable[P, Any]], JobType[P, Any]]: ...
+    def job(  # type: ignore[misc]  # mypy cannot match ParamSpec overloads here
+        self,
+        fn: Callable[P, Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retries: int = DEFAULT_RETRIES,
+        timeout: float | None = None,
+        backoff: Backoff = sidekiq_backoff,
+        keep_result: float | None = None,
+    ) -> JobType[P, Any] | Callable[[Callable[P, Any]], JobType[P, Any]]:
+        """Declare a job type from a generator handler or an ``async def``.
+
+        Options: ``name`` (default: ``module.qualname``), ``queue``, ``retries``
+        (default 25), ``timeout`` (seconds per attempt), ``backoff``
+        (``(retries_done, error) -> seconds``) and ``keep_result`` (seconds).
+        """
+
+        options: dict[str, Any] = {
+            "name": name,
+            "queue": queue,
+            "retries": retries,
+            "timeout": timeout,
+            "backoff": backoff,
+            "keep_result": keep_result,
+        }
+
+        def declare(f: Callable[P, Any]) -> JobType[P, Any]:
+            return self._register(JobType(self, f, **options))
+
+        return declare(fn) if fn is not None else declare
+
+    def periodic(
+        self, schedule: str | float | Schedule, **options: Any
+    ) -> Callable[[Callable[[], Any]], JobType[[], Any]]:
+        """Declare a job type that workers enqueue on ``schedule``, once per tick.
+
+        ``schedule`` is a cron expression (``"*/5 * * * *"``, UTC), a number of
+        seconds, or a :class:`Cron` / :class:`Every`. The handler takes no arguments.
+        """
+        if isinstance(schedule, str):
+            sched: Schedule = Cron(schedule)
+        elif isinstance(schedule, (int, float)):
+            sched = Every(schedule)
+        else:
+            sched = schedule
+
+        def declare(f: Callable[[], Any]) -> JobType[[], Any]:
+            job: JobType[[], Any] = self._register(JobType(self, f, **options))
+            self.periodics.append(Periodic(job, sched))
+            return job
+
+        return declare
+
+    def _register(self, job: JobType[P, T]) -> JobType[P, T]:
+        other = self.jobs.get(job.name)
+        if other is not None and other.fn is not job.fn:
+            raise JobDefinitionError(
+                f"job name {job.name!r} is declared twice on {self!r} (by {other.fn!r} and "
+                f"{job.fn!r}); pass name= to one of them"
+            )
+        self.jobs[job.name] = job
+        return job
+
+    # -- enqueuing -------------------------------------------------------------------
+
+    async def enqueue_many(self, calls: Iterable[JobCall]) -> list[Handle]:
+        """Enqueue many jobs in one round trip; all or none (a bad argument enqueues nothing)."""
+        now = time.time()
+        envelopes = [self._envelope(call, now) for call in calls]
+        if envelopes:
+            await self.backend.push(envelopes, now)
+        return [Handle(self, e.id, e.queue) for e in envelopes]
+
+    def enqueue_many_sync(self, calls: Iterable[JobCall]) -> list[Handle]:
+        """:meth:`enqueue_many` for code without an event loop (web views, scripts)."""
+        now = time.time()
+        envelopes = [self._envelope(call, now) for call in calls]
+        if envelopes:
+            self.backend.push_sync(envelopes, now)
+        return [Handle(self, e.id, e.queue) for e in envelopes]
+
+    def _envelope(self, call: JobCall, now: float) -> Envelope:
+        message = call.message(now)
+        due = call.due(now)
+        return Envelope(message.id, message.queue, encode(message, self.serializer), due)
+
+    def handle(self, job_id: str) -> Handle:
+        """A handle for a job enqueued earlier (e.g. by another process)."""
+        return Handle(self, job_id, "")
+
+    # -- operating -------------------------------------------------------------------
+
+    async def info(self) -> Info:
+        """Per-queue counts, dead jobs and live workers (what ``batchy info`` prints)."""
+        return await self.backend.info(time.time())
+
+    async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
+        """The most recent dead jobs, newest first."""
+        return await self.backend.dead_jobs(limit)
+
+    async def retry_dead(self, ids: Iterable[str] | None = None) -> int:
+        """Put dead jobs (all when ``ids`` is None) back on their queues for one more run."""
+        return await self.backend.retry_dead(None if ids is None else list(ids), time.time())
+
+    async def delete_dead(self, ids: Iterable[str] | None = None) -> int:
+        """Delete dead jobs (all when ``ids`` is None)."""
+        return await self.backend.delete_dead(None if ids is None else list(ids))
+
+    def worker(self, **options: Any) -> Worker:
+        """A :class:`Worker` for this queue; see there for the options."""
+        from ._worker import Worker
+
+        return Worker(self, **options)
+
+    async def close(self) -> None:
+        """Close the store's connections."""
+        await self.backend.close()

@@ -1,0 +1,155 @@
+"""Runs one claimed job in its own scope and turns what happened into an :class:`Outcome`.
+
+Nothing a payload or a handler does escapes this module as an exception: a
+payload that does not decode, a job type the worker does not know, a handler
+that raises or times out, all become outcomes (retry or dead, with a reason and
+a traceback). So bad data can never crash a worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+import batchy
+
+from ._errors import JobTimeout, PayloadError, UnknownJobError
+from ._hooks import JobEvent, emit, log
+from ._model import Claimed, Message, Outcome, decode, encode
+from ._retry import Retry
+
+if TYPE_CHECKING:
+    from ._hooks import JobHook
+    from ._job import JobType
+    from ._queue import Queue
+
+__all__ = ["run_job"]
+
+
+async def run_job(queue: Queue, claimed: Claimed, hooks: list[JobHook]) -> Outcome:
+    """Run ``claimed`` to an outcome; a cancelled job raises ``CancelledError`` (shutdown)."""
+    start = time.perf_counter()
+    try:
+        message = decode(claimed, queue.serializer)
+        job = queue.jobs.get(message.job)
+        if job is None:
+            known = ", ".join(sorted(queue.jobs)) or "none"
+            raise UnknownJobError(
+                f"job {claimed.id} on queue {claimed.queue!r} names job type "
+                f"{message.job!r}, which this worker's queue does not declare (it knows: "
+                f"{known}); deploy the code that declares it, then `batchy dead retry "
+                f"{claimed.id}`"
+            )
+    except (PayloadError, UnknownJobError) as bad:
+        log.warning("job %s %s dead: %s", claimed.id, claimed.queue, bad)
+        return Outcome(
+            claimed.id,
+            "dead",
+            queue=claimed.queue,
+            payload=claimed.payload,
+            reason=str(bad),
+            traceback="",
+        )
+    event = JobEvent(message.id, message.job, message.queue, message.attempt + 1, "started")
+    emit(hooks, "job_started", event)
+    failure: Exception | None = None
+    try:
+        result = await _call(job, message)
+    except asyncio.CancelledError:
+        duration = time.perf_counter() - start
+        log.info("job %s %s released after %.3fs (shutdown)", message.id, message.job, duration)
+        emit(hooks, "job_finished", _finished(event, "released", duration, None))
+        raise
+    except Exception as exc:
+        failure = exc
+        outcome = _failed(queue, job, message, exc)
+    else:
+        outcome = _done(queue, job, message, result)
+    duration = time.perf_counter() - start
+    if failure is None:
+        log.info("job %s %s done in %.3fs", message.id, message.job, duration)
+    else:
+        log.info(
+            "job %s %s %s in %.3fs (attempt %d): %s: %s",
+            message.id,
+            message.job,
+            outcome.kind,
+            duration,
+            message.attempt + 1,
+            type(failure).__name__,
+            failure,
+        )
+    emit(hooks, "job_finished", _finished(event, outcome.kind, duration, failure))
+    return outcome
+
+
+def _finished(
+    event: JobEvent, outcome: str, duration: float, error: BaseException | None
+) -> JobEvent:
+    return JobEvent(event.id, event.job, event.queue, event.attempt, outcome, duration, error)
+
+
+async def _call(job: JobType[Any, Any], message: Message) -> Any:
+    # Each job gets its own scope: loads batch with every other running job's,
+    # but cached values never leak from one job to the next.
+    async with batchy.Scope(f"job {message.id}"):
+        task = job.handler(*message.args, **message.kwargs)
+        if job.timeout is None:
+            return await task
+        try:
+            async with asyncio.timeout(job.timeout):
+                return await task
+        except TimeoutError:
+            raise JobTimeout(
+                f"job {message.id} ({job.name}) ran longer than its timeout of "
+                f"{job.timeout}s; raise timeout= on the job, or make it do less per run"
+            ) from None
+
+
+def _done(queue: Queue, job: JobType[Any, Any], message: Message, result: Any) -> Outcome:
+    kept: str | None = None
+    if job.keep_result > 0:
+        try:
+            kept = queue.serializer.dumps(result)
+        except (TypeError, ValueError) as error:
+            log.warning(
+                "job %s %s returned %r, which %s cannot serialize (%s); its result is "
+                "kept as null: return plain JSON values to keep results",
+                message.id,
+                job.name,
+                result,
+                type(queue.serializer).__name__,
+                error,
+            )
+    return Outcome(message.id, "done", queue=message.queue, result=kept, keep=job.keep_result)
+
+
+def _failed(queue: Queue, job: JobType[Any, Any], message: Message, error: Exception) -> Outcome:
+    retries = job.retries if message.retries is None else message.retries
+    trace = "".join(traceback.format_exception(error))
+    message.error = f"{type(error).__name__}: {error}"
+    if message.attempt < retries:
+        if isinstance(error, Retry) and error.delay is not None:
+            delay = error.delay
+        else:
+            delay = job.backoff(message.attempt, error)
+        message.attempt += 1
+        return Outcome(
+            message.id,
+            "retry",
+            queue=message.queue,
+            payload=encode(message, queue.serializer),
+            due=time.time() + delay,
+        )
+    reason = f"{message.error} (failed {message.attempt + 1} time(s); retries={retries} exhausted)"
+    message.attempt += 1
+    return Outcome(
+        message.id,
+        "dead",
+        queue=message.queue,
+        payload=encode(message, queue.serializer),
+        reason=reason,
+        traceback=trace,
+    )

@@ -1,0 +1,498 @@
+"""The shared backend suite: every store (memory, SQLite, Redis) behaves the same."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import batchy
+from batchy.jobs import (
+    DeadJobError,
+    Envelope,
+    JobEvent,
+    JobHook,
+    Outcome,
+    Queue,
+    Retry,
+    SerializationError,
+)
+from batchy.jobs._model import new_id as new_job_id
+from batchy.testing import record
+
+from .conftest import fast_worker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def drain(queue: Queue, **options) -> int:
+    worker = fast_worker(queue, burst=True, **options)
+    await worker.run()
+    return worker.processed
+
+
+async def test_enqueue_run_and_keep_result(queue: Queue) -> None:
+    @queue.job
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    handle = await add.enqueue(2, b=3)
+    assert (await handle.status()).state == "queued"
+    assert await drain(queue) == 1
+    assert (await handle.status()).state == "done"
+    assert await handle.result(timeout=1) == 5
+
+
+async def test_generator_handlers_are_jobs(queue: Queue) -> None:
+    @batchy.batched
+    def double(keys):
+        return [k * 2 for k in keys]
+
+    @queue.job
+    def twice(x: int):
+        y = yield double(x)
+        return y
+
+    handle = await twice.enqueue(21)
+    await drain(queue)
+    assert await handle.result() == 42
+
+
+async def test_bulk_enqueue_is_all_or_nothing(queue: Queue) -> None:
+    @queue.job
+    async def noop(x: object) -> None:
+        return None
+
+    with pytest.raises(SerializationError, match="noop"):
+        await queue.enqueue_many([noop.call(1), noop.call(object())])
+    assert await drain(queue) == 0
+    handles = await queue.enqueue_many(noop.call(i) for i in range(50))
+    assert len({h.id for h in handles}) == 50
+    assert await drain(queue) == 50
+
+
+async def test_jobs_batch_their_loads_across_jobs(queue: Queue) -> None:
+    @batchy.batched
+    async def users_by_id(ids):
+        await asyncio.sleep(0.001)
+        return [{"id": i} for i in ids]
+
+    @queue.job
+    async def load_user(uid: int) -> int:
+        user = await users_by_id(uid)
+        return user["id"]
+
+    await queue.enqueue_many(load_user.call(i) for i in range(1000))
+    with record() as rec:
+        assert await drain(queue, concurrency=100) == 1000
+    calls = rec.calls(users_by_id)
+    assert sorted(k for c in calls for k in c) == list(range(1000))
+    assert len(calls) <= 13, rec.report()
+
+
+async def test_each_job_has_its_own_cache_scope(queue: Queue) -> None:
+    seen = []
+
+    @batchy.batched
+    def settings(keys):
+        seen.append(list(keys))
+        return [f"v{len(seen)}" for _ in keys]
+
+    @queue.job
+    async def read(key: str) -> str:
+        first = await settings(key)
+        again = await settings(key)  # same scope: cached
+        assert first == again
+        return first
+
+    a = await read.enqueue("k")
+    await drain(queue, concurrency=1)
+    b = await read.enqueue("k")
+    await drain(queue, concurrency=1)
+    assert seen == [["k"], ["k"]]  # the second job did not see the first one's cache
+    assert [await a.result(), await b.result()] == ["v1", "v2"]
+
+
+async def test_retries_then_dead_with_reason_and_traceback(queue: Queue) -> None:
+    runs = []
+
+    @queue.job(retries=2, backoff=lambda n, e: 0.0)
+    async def flaky(x: int) -> None:
+        runs.append(x)
+        raise ValueError(f"bad {x}")
+
+    handle = await flaky.enqueue(7)
+    for _ in range(3):
+        await drain(queue)
+    assert runs == [7, 7, 7]
+    status = await handle.status()
+    assert status.state == "dead"
+    assert "ValueError: bad 7" in status.reason and "retries=2" in status.reason
+    (dead,) = await queue.dead_jobs()
+    assert dead.id == handle.id and "raise ValueError" in dead.traceback
+    with pytest.raises(DeadJobError, match=handle.id):
+        await handle.result()
+    assert (await queue.info()).dead == 1
+
+
+async def test_retry_uses_backoff_and_per_enqueue_override(queue: Queue) -> None:
+    delays = []
+
+    def backoff(count: int, error: BaseException) -> float:
+        delays.append(count)
+        return 100.0
+
+    @queue.job(backoff=backoff)
+    async def fail() -> None:
+        raise RuntimeError("nope")
+
+    retrying = await fail.enqueue()
+    never = await fail.options(retries=0).enqueue()
+    await drain(queue)
+    assert delays == [0]
+    assert (await retrying.status()).state == "retrying"
+    assert (await never.status()).state == "dead"
+    (q,) = (await queue.info()).queues
+    assert (q.retrying, q.size) == (1, 0)
+
+
+async def test_raise_retry_with_delay(queue: Queue) -> None:
+    @queue.job
+    async def later() -> None:
+        raise Retry(delay=0.2, reason="not yet")
+
+    handle = await later.enqueue()
+    await drain(queue)
+    assert (await handle.status()).state == "retrying"
+    await asyncio.sleep(0.25)
+    assert (await handle.status()).state in ("queued", "retrying")
+    assert await drain(queue) == 1
+
+
+async def test_delayed_jobs_wait_for_their_time(queue: Queue) -> None:
+    ran = []
+
+    @queue.job
+    async def remind(x: int) -> None:
+        ran.append(x)
+
+    handle = await remind.options(delay=0.3).enqueue(1)
+    await remind.options(at=time.time() - 1).enqueue(2)
+    assert (await handle.status()).state == "scheduled"
+    await drain(queue)
+    assert ran == [2]
+    info = (await queue.info()).queues[0]
+    assert info.scheduled == 1
+    await asyncio.sleep(0.35)
+    await drain(queue)
+    assert ran == [2, 1]
+
+
+async def test_expired_lease_is_redelivered_once(queue: Queue) -> None:
+    ran = []
+
+    @queue.job
+    async def job(x: int) -> None:
+        ran.append(x)
+
+    handle = await job.enqueue(1)
+    now = time.time()
+    # A worker claims it and dies (never acks, never renews).
+    (claimed,) = await queue.backend.cycle([], ["default"], 10, "ghost", 0.2, now)
+    assert claimed.id == handle.id
+    assert (await handle.status()).state == "running"
+    assert await queue.backend.cycle([], ["default"], 10, "other", 5, now + 0.1) == []
+    # After the lease, exactly one of two competing claims gets it.
+    first = await queue.backend.cycle([], ["default"], 10, "w1", 5, now + 0.3)
+    second = await queue.backend.cycle([], ["default"], 10, "w2", 5, now + 0.3)
+    assert [c.id for c in first + second] == [handle.id]
+
+
+async def test_heartbeat_keeps_a_long_job_leased(queue: Queue) -> None:
+    runs = []
+
+    @queue.job
+    async def slow() -> None:
+        runs.append(1)
+        await asyncio.sleep(0.8)
+
+    await slow.enqueue()
+    long_runner = fast_worker(queue, lease=0.3, heartbeat=0.1, burst=True)
+    thief = fast_worker(queue, lease=0.3, heartbeat=0.1, burst=False)
+    thief_task = asyncio.create_task(thief.run())
+    await asyncio.sleep(0)  # let the thief start too
+    await long_runner.run()
+    thief.stop()
+    await thief_task
+    assert len(runs) == 1
+
+
+async def test_release_hands_the_job_back_first(queue: Queue) -> None:
+    @queue.job
+    async def job(x: int) -> None:
+        return None
+
+    a = await job.enqueue(1)
+    b = await job.enqueue(2)
+    now = time.time()
+    (claimed,) = await queue.backend.cycle([], ["default"], 1, "w", 30, now)
+    assert claimed.id == a.id
+    again = await queue.backend.cycle([Outcome(a.id, "release")], ["default"], 2, "w", 30, now)
+    assert [c.id for c in again] == [a.id, b.id]
+
+
+async def test_shutdown_hands_unfinished_jobs_back(queue: Queue) -> None:
+    started = asyncio.Event()
+
+    @queue.job
+    async def stuck() -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    handle = await stuck.enqueue()
+    worker = fast_worker(queue, shutdown_timeout=0.1)
+    running = asyncio.create_task(worker.run())
+    await started.wait()
+    assert (await handle.status()).state == "running"
+    worker.stop()
+    await asyncio.wait_for(running, 5)
+    assert (await handle.status()).state == "queued"
+
+
+async def test_bad_payloads_go_dead_and_the_worker_survives(queue: Queue) -> None:
+    @queue.job
+    async def good() -> str:
+        return "ok"
+
+    await queue.backend.push(
+        [
+            Envelope("garbage", "default", "{not json"),
+            Envelope("not-a-job", "default", "[1, 2, 3]"),
+            Envelope("unknown", "default", '{"job": "nope.missing", "args": [], "kwargs": {}}'),
+        ],
+        time.time(),
+    )
+    handle = await good.enqueue()
+    await drain(queue)
+    assert await handle.result() == "ok"
+    reasons = {d.id: d.reason for d in await queue.dead_jobs()}
+    assert "cannot be decoded" in reasons["garbage"]
+    assert "is not a job" in reasons["not-a-job"]
+    assert "'nope.missing'" in reasons["unknown"] and "does not declare" in reasons["unknown"]
+
+
+async def test_dead_set_is_capped_by_size_and_age(queue: Queue) -> None:
+    backend = queue.backend
+    backend.dead_max = 3
+    backend.dead_max_age = 100.0
+    await backend.push([Envelope(f"j{i}", "default", "{}") for i in range(6)], 1000.0)
+    claimed = await backend.cycle([], ["default"], 6, "w", 30, 1000.0)
+    assert len(claimed) == 6
+    bury = [
+        Outcome(f"j{i}", "dead", queue="default", payload="{}", reason=f"r{i}") for i in range(2)
+    ]
+    await backend.cycle(bury, [], 0, "w", 30, 1000.0)
+    later = [
+        Outcome(f"j{i}", "dead", queue="default", payload="{}", reason=f"r{i}") for i in range(2, 6)
+    ]
+    await backend.cycle(later[:1], [], 0, "w", 30, 1050.0)
+    await backend.cycle(later[1:], [], 0, "w", 30, 1150.0)  # j0, j1 are now too old
+    dead = await backend.dead_jobs()
+    assert [d.id for d in dead][:3] == [d.id for d in dead]  # newest first, at most 3
+    assert {d.id for d in dead} <= {"j3", "j4", "j5"} and len(dead) == 3
+
+
+async def test_dead_jobs_can_be_retried_and_deleted(queue: Queue) -> None:
+    calls = []
+
+    @queue.job(retries=0)
+    async def once(x: int) -> None:
+        calls.append(x)
+        if len(calls) <= 2:
+            raise ValueError("first runs fail")
+
+    a = await once.enqueue(1)
+    b = await once.enqueue(2)
+    await drain(queue)
+    assert {d.id for d in await queue.dead_jobs()} == {a.id, b.id}
+    assert await queue.retry_dead([a.id]) == 1
+    await drain(queue)
+    assert (await a.status()).state == "done"
+    assert await queue.delete_dead() == 1
+    assert await queue.dead_jobs() == []
+    assert await queue.retry_dead(["missing"]) == 0
+
+
+async def test_unique_push_happens_once_per_key(queue: Queue) -> None:
+    backend = queue.backend
+    env = Envelope(new_job_id(), "default", "{}", unique="tick:1", unique_ttl=0.2)
+    now = time.time()
+    assert await backend.push([env], now) == [True]
+    other = Envelope(new_job_id(), "default", "{}", unique="tick:1", unique_ttl=0.2)
+    assert await backend.push([other], now) == [False]
+    await asyncio.sleep(0.3)
+    assert await backend.push([other], time.time()) == [True]
+
+
+async def test_strict_queue_order(queue: Queue) -> None:
+    order = []
+
+    @queue.job(queue="low")
+    async def low(x: int) -> None:
+        order.append(("low", x))
+
+    @queue.job(queue="high")
+    async def high(x: int) -> None:
+        order.append(("high", x))
+
+    for i in range(3):
+        await low.enqueue(i)
+        await high.enqueue(i)
+    await drain(queue, queues=["high", "low"], concurrency=1)
+    assert [q for q, _ in order] == ["high"] * 3 + ["low"] * 3
+
+
+async def test_weighted_queues_take_turns(queue: Queue) -> None:
+    worker = fast_worker(queue, queues=["critical,3", "default,1"])
+    firsts = [worker._order()[0] for _ in range(2000)]
+    share = firsts.count("critical") / len(firsts)
+    assert 0.6 < share < 0.9  # weight 3 of 4 goes first about 3/4 of the time
+
+
+async def test_periodic_job_runs_once_per_tick_across_workers(queue: Queue) -> None:
+    ticks = []
+
+    @queue.periodic(0.2)
+    async def every_200ms() -> None:
+        ticks.append(time.time())
+
+    workers = [fast_worker(queue, poll_interval=0.01) for _ in range(3)]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    await asyncio.sleep(1.1)
+    for w in workers:
+        w.stop()
+    await asyncio.gather(*tasks)
+    slots = [round(t / 0.2) for t in ticks]
+    assert 3 <= len(ticks) <= 6
+    assert len(set(slots)) == len(slots), ticks  # never twice in one tick
+
+
+async def test_timeout_fails_the_attempt(queue: Queue) -> None:
+    @queue.job(timeout=0.05, retries=0)
+    async def sleepy() -> None:
+        await asyncio.sleep(5)
+
+    handle = await sleepy.enqueue()
+    await drain(queue)
+    status = await handle.status()
+    assert status.state == "dead" and "timeout of 0.05s" in status.reason
+
+
+async def test_info_counts_and_live_workers(queue: Queue) -> None:
+    started = asyncio.Event()
+
+    @queue.job
+    async def hold() -> None:
+        started.set()
+        await asyncio.sleep(0.5)
+
+    @queue.job(queue="other")
+    async def later() -> None:
+        return None
+
+    await hold.enqueue()
+    await later.options(delay=60).enqueue()
+    await later.enqueue()
+    worker = fast_worker(queue, queues=["default"])
+    task = asyncio.create_task(worker.run())
+    await started.wait()
+    info = await queue.info()
+    by_name = {q.name: q for q in info.queues}
+    assert by_name["default"].running == 1
+    assert (by_name["other"].size, by_name["other"].scheduled) == (1, 1)
+    assert by_name["other"].latency >= 0
+    assert [w.id for w in info.workers] == [worker.id]
+    assert info.workers[0].concurrency == 10
+    worker.stop()
+    await task
+    assert (await queue.info()).workers == ()
+
+
+async def test_hooks_see_every_job(queue: Queue) -> None:
+    events: list[JobEvent] = []
+
+    class Collect(JobHook):
+        def job_started(self, event: JobEvent) -> None:
+            events.append(event)
+
+        def job_finished(self, event: JobEvent) -> None:
+            events.append(event)
+
+    queue.hooks.append(Collect())
+
+    @queue.job(retries=0)
+    async def maybe(ok: bool) -> None:
+        if not ok:
+            raise ValueError("no")
+
+    await maybe.enqueue(True)
+    await maybe.enqueue(False)
+    await drain(queue, concurrency=1)
+    assert [e.outcome for e in events] == ["started", "done", "started", "dead"]
+    assert isinstance(events[-1].error, ValueError) and events[-1].attempt == 1
+
+
+async def test_timeout_and_shutdown_cancel_the_handler(queue: Queue) -> None:
+    cancelled = []
+
+    @queue.job(timeout=0.05, retries=0)
+    async def sleepy(tag: str) -> None:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled.append(tag)
+            raise
+
+    await sleepy.enqueue("timeout")
+    await drain(queue)
+    assert cancelled == ["timeout"]
+    await sleepy.options(retries=1).enqueue("shutdown")
+    sleepy.timeout = None
+    worker = fast_worker(queue, shutdown_timeout=0.05)
+    task = asyncio.create_task(worker.run())
+    while not cancelled[1:] and worker.stats()["running"] == 0:
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await task
+    assert cancelled == ["timeout", "shutdown"]
+
+
+async def test_an_id_still_in_the_store_is_not_enqueued_twice(queue: Queue) -> None:
+    ran = []
+
+    @queue.job
+    async def once(x: int) -> None:
+        ran.append(x)
+
+    await once.options(id="order-7").enqueue(1)
+    await once.options(id="order-7").enqueue(2)  # still queued: skipped
+    await drain(queue)
+    assert ran == [1]
+    await once.options(id="order-7").enqueue(3)  # done and gone: runs again
+    await drain(queue)
+    assert ran == [1, 3]
+
+
+async def test_enqueue_from_code_without_an_event_loop(queue: Queue) -> None:
+    @queue.job
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    # A sync caller (a web view) runs in another thread, outside any event loop.
+    handle = await asyncio.to_thread(add.enqueue_sync, 1, 2)
+    handles = await asyncio.to_thread(queue.enqueue_many_sync, [add.call(3, 4)])
+    later = await asyncio.to_thread(add.options(delay=60).enqueue_sync, 5, 6)
+    assert (await later.status()).state == "scheduled"
+    await drain(queue)
+    assert [await handle.result(), await handles[0].result()] == [3, 7]

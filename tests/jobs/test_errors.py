@@ -1,0 +1,186 @@
+"""Every error message of batchy.jobs: it names the job, queue or value and suggests a fix."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import batchy
+from batchy.jobs import (
+    ConfigError,
+    Cron,
+    DeadJobError,
+    Every,
+    JobDefinitionError,
+    JobError,
+    MemoryBackend,
+    Queue,
+    ResultNotKept,
+    SerializationError,
+    SQLiteBackend,
+    parse_queues,
+)
+
+
+@pytest.fixture
+def queue() -> Queue:
+    return Queue(MemoryBackend())
+
+
+def test_errors_are_batchy_errors() -> None:
+    for cls in (ConfigError, JobDefinitionError, SerializationError, DeadJobError, ResultNotKept):
+        assert issubclass(cls, JobError) and issubclass(cls, batchy.BatchyError)
+    assert issubclass(SerializationError, TypeError)
+
+
+async def test_unserializable_argument(queue: Queue) -> None:
+    @queue.job(name="mail.send")
+    async def send(to: object) -> None: ...
+
+    with pytest.raises(SerializationError) as info:
+        await send.enqueue({1, 2})
+    message = str(info.value)
+    assert "'mail.send'" in message and "queue 'default'" in message
+    assert "plain JSON values" in message and "nothing was enqueued" in message
+    assert "an id instead of an object" in message
+
+
+async def test_nan_is_not_json(queue: Queue) -> None:
+    @queue.job
+    async def f(x: float) -> None: ...
+
+    with pytest.raises(SerializationError, match="do not serialize"):
+        await f.enqueue(float("nan"))
+
+
+def test_duplicate_job_name(queue: Queue) -> None:
+    @queue.job(name="same")
+    async def a() -> None: ...
+
+    with pytest.raises(JobDefinitionError, match=r"'same' is declared twice.*pass name="):
+
+        @queue.job(name="same")
+        async def b() -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"retries": -1}, "retries=-1 must be an int >= 0"),
+        ({"timeout": 0}, "timeout=0 must be a positive number of seconds"),
+        ({"backoff": 5}, "backoff=5 must be a function"),
+        ({"queue": "bad queue!"}, "queue name 'bad queue!' is not valid"),
+    ],
+)
+def test_bad_job_options(queue: Queue, options: dict[str, object], expected: str) -> None:
+    with pytest.raises(JobDefinitionError, match=expected):
+        queue.job(**options)(_handler)  # type: ignore[arg-type]
+
+
+async def _handler() -> None: ...
+
+
+def test_handler_must_be_a_generator_or_async(queue: Queue) -> None:
+    with pytest.raises(batchy.UsageError, match="neither"):
+        queue.job(lambda: None)
+
+
+def test_bad_enqueue_options(queue: Queue) -> None:
+    job = queue.job(name="j")(_handler)
+    with pytest.raises(JobDefinitionError, match="pass delay= or at=, not both"):
+        job.options(delay=1, at=2)
+    with pytest.raises(JobDefinitionError, match="not milliseconds"):
+        job.options(at=1_700_000_000_000)
+    with pytest.raises(JobDefinitionError, match="'j': retries=-2 must be an int >= 0"):
+        job.options(retries=-2)
+    with pytest.raises(JobDefinitionError, match="queue name '' is not valid"):
+        job.options(queue="")
+
+
+def test_bad_backend() -> None:
+    with pytest.raises(JobDefinitionError, match=r"expected a batchy\.jobs Backend"):
+        Queue(42)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="synchronous='FAST' is not a SQLite level"):
+        SQLiteBackend(":memory:", synchronous="FAST")
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("* * * *", "has 4 fields, expected 5"),
+        ("61 * * * *", "the minute field '61' is not valid"),
+        ("* * * * mon", "the weekday field 'mon' is not valid"),
+        ("*/0 * * * *", "the minute field"),
+    ],
+)
+def test_bad_cron(expr: str, expected: str) -> None:
+    with pytest.raises(JobDefinitionError, match=expected):
+        Cron(expr)
+
+
+def test_cron_that_never_ticks() -> None:
+    with pytest.raises(JobDefinitionError, match="never ticks"):
+        Cron("0 0 30 2 *").next_after(0)
+
+
+def test_bad_interval() -> None:
+    with pytest.raises(JobDefinitionError, match=r"Every\(0\).*positive"):
+        Every(0)
+
+
+def test_bad_worker_options(queue: Queue) -> None:
+    with pytest.raises(ConfigError, match="concurrency=0 must be an int >= 1"):
+        queue.worker(concurrency=0)
+    with pytest.raises(ConfigError, match="lease=0"):
+        queue.worker(lease=0)
+    with pytest.raises(ConfigError, match="heartbeat=5 must be > 0 and shorter than lease=2"):
+        queue.worker(lease=2, heartbeat=5)
+    with pytest.raises(ConfigError, match="weight '0' is not a positive integer"):
+        parse_queues(["critical,0"])
+
+
+async def test_handle_errors(queue: Queue) -> None:
+    @queue.job(retries=0)
+    async def boom() -> None:
+        raise ValueError("kaput")
+
+    @queue.job(keep_result=0)
+    async def quiet() -> int:
+        return 1
+
+    @queue.job
+    async def waits() -> None: ...
+
+    dead = await boom.enqueue()
+    gone = await quiet.enqueue()
+    await queue.worker(burst=True, poll_interval=0.01).run()
+    with pytest.raises(DeadJobError, match=f"job {dead.id} is dead: ValueError: kaput"):
+        await dead.result()
+    with pytest.raises(ResultNotKept, match="set keep_result="):
+        await gone.result()
+    pending = await waits.enqueue()
+    with pytest.raises(TimeoutError, match=r"still queued after 0\.05s.*batchy info"):
+        await pending.result(timeout=0.05)
+    await asyncio.sleep(0)
+
+
+def test_unknown_job_type_option(queue: Queue) -> None:
+    from batchy.jobs import JobType
+
+    with pytest.raises(JobDefinitionError, match=r"unknown option\(s\) \['colour'\]"):
+        JobType(queue, _handler, colour="red")
+
+
+def test_app_spec_must_name_a_queue() -> None:
+    from batchy.__main__ import load_app
+
+    with pytest.raises(ConfigError, match=r"is not 'module:attribute'.*BATCHY_APP"):
+        load_app("just_a_module")
+
+
+def test_retry_message() -> None:
+    from batchy.jobs import Retry
+
+    assert str(Retry(delay=60, reason="API down")) == "API down (retry in 60s)"
+    assert str(Retry()) == "retry requested"
