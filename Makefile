@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python examples/blog.py
+	$(BIN)/python examples/blog/render.py
+	$(BIN)/python examples/jobs_demo.py
 
 services:
 	@bash scripts/ensure-services.sh
@@ -34,8 +36,15 @@ docs: $(STAMP)
 
 examples: $(STAMP)
 	$(BIN)/python examples/blog.py --quiet
+	$(BIN)/python examples/jobs_demo.py --jobs 500 --quiet
 
-test: lint typecheck pytest docs examples
+test: lint typecheck pytest docs examples test-graphql32
+
+# The GraphQL integration again on graphql-core 3.2 (graphene's line); the main venv has 3.3.
+test-graphql32: pyproject.toml
+	test -x .venv-gql32/bin/pytest || $(PYTHON) -m venv .venv-gql32
+	.venv-gql32/bin/pip install -q -e '.[dev,graphql32]'
+	.venv-gql32/bin/pytest -q -p no:cacheprovider tests/graphql
 
 bench: $(STAMP) services
 	$(BIN)/python -m benchmarks
