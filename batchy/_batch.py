@@ -126,8 +126,13 @@ class Batch:
                 # Future._set_result, inlined: this runs once per key.
                 fut._state = DONE
                 fut._value = value
-                if fut._waiters is not None:
-                    fut._wake()
+                waiter = fut._waiters
+                if waiter is not None:
+                    if type(waiter) is list:
+                        fut._wake()
+                    else:  # the usual single waiter, woken without a call in between
+                        fut._waiters = None
+                        waiter._on_done(fut)  # type: ignore[union-attr]
             if failed:
                 self._evict(failed)
         if _hooks.hooks:

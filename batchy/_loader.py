@@ -89,7 +89,9 @@ class Loader(Generic[K, V]):
 
     def __call__(self, key: K) -> Future[V]:
         """A future for ``key``'s value, batched with every other key of this round."""
+        # The hot path of the engine (once per key per handler): dict look-ups only.
         sched = _local.sched
+        scope: Scope | None
         if sched is not None:
             task = sched.current
             scope = task._scope if task is not None else _current.get()
@@ -100,14 +102,6 @@ class Loader(Generic[K, V]):
                 return _LazyLoad(self, key)  # no loop yet: file the key when it starts
             sched = scheduler_for(loop)
             scope = _current.get()
-        return self._load(sched, scope, key)
-
-    def many(self, keys: Iterable[K]) -> Future[list[V]]:
-        """A future for the values of ``keys``, in order (one batch, not one per key)."""
-        return Gather([self(k) for k in keys], None, FIRST)
-
-    def _load(self, sched: Scheduler, scope: Scope | None, key: K) -> Future[V]:
-        # The hot path of the engine: keep it to dict look-ups.
         ck = key if self.key_fn is None else self.key_fn(key)
         cache = None
         try:
@@ -140,6 +134,10 @@ class Loader(Generic[K, V]):
             if not caches or caches[-1] is not cache:
                 batch.remember_cache(cache)
         return fut
+
+    def many(self, keys: Iterable[K]) -> Future[list[V]]:
+        """A future for the values of ``keys``, in order (one batch, not one per key)."""
+        return Gather([self(k) for k in keys], None, FIRST)
 
     def _unhashable(self, key: Any, ck: Any) -> UsageError:
         what = "key" if ck is key else f"cache key {short_repr(ck)} (from key=) of key"
@@ -189,7 +187,10 @@ class _LazyLoad(Future[Any]):
     def _activate(self, sched: Scheduler, scope: Scope | None) -> None:
         loader, self._loader = self._loader, None
         if loader is not None:
-            real = loader._load(sched, scope, self._key)
+            # Activation runs in the context that waits on us (a handler's step,
+            # or asyncio code inside the scope), so the loader finds ``sched``
+            # and ``scope`` there by itself.
+            real = loader(self._key)
             if real.done():
                 self._copy_from(real)
             else:
