@@ -1,6 +1,13 @@
 """batchy: write data access one key at a time; batchy runs it one batch per loader per round."""
 
-from ._errors import BatchyError, LoaderError, MissingKeyError, UsageError, YieldError
+from ._errors import (
+    BatchyError,
+    LoaderError,
+    MissingKeyError,
+    UsageError,
+    YieldError,
+    short_repr,
+)
 from ._future import Future, failed, resolved
 from ._gather import gather
 from ._hooks import BatchEvent, Hook, RoundEvent, add_hook, hooked, remove_hook
@@ -35,6 +42,7 @@ __all__ = [
     "resolved",
     "run",
     "scope",
+    "short_repr",
     "task",
 ]
 

@@ -29,7 +29,10 @@ _MAX_CHARS = 200
 
 
 def short_repr(value: Any) -> str:
-    """Return a repr of ``value`` that stays readable in an error message."""
+    """A repr of ``value`` short enough for an error message (long lists and texts cut).
+
+    Public so that integrations word their errors the way the engine does.
+    """
     if isinstance(value, (list, tuple)) and len(value) > _MAX_ITEMS:
         head = ", ".join(short_repr(v) for v in value[:_MAX_ITEMS])
         return f"[{head}, ... and {len(value) - _MAX_ITEMS} more]"

@@ -42,12 +42,21 @@ The contract, as graphql/dataloader documents it:
 from __future__ import annotations
 
 import inspect
-import reprlib
-from collections.abc import Awaitable, Callable, Generator, Hashable, Iterable, Mapping, Sequence
-from typing import Any, Generic, NoReturn, TypeVar
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 # Only batchy's public names: this module is a layer above the engine.
-from batchy import Future, Loader, LoaderError, UsageError, batched, gather, resolved, task
+from batchy import (
+    Future,
+    Loader,
+    LoaderError,
+    UsageError,
+    batched,
+    failed,
+    gather,
+    resolved,
+    short_repr,
+)
 
 __all__ = ["DataLoader", "InvalidKeyError"]
 
@@ -55,23 +64,6 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 LoadFn = Callable[[list[K]], Awaitable[Sequence[V | BaseException]] | Sequence[V | BaseException]]
-
-
-_repr = reprlib.Repr()
-_repr.maxlist = _repr.maxtuple = 10
-_repr.maxstring = _repr.maxother = 80
-
-
-def short_repr(value: object) -> str:
-    return _repr.repr(value)
-
-
-@task
-def _failed_future(error: BaseException) -> Generator[Any, Any, NoReturn]:
-    # A future that fails with ``error`` (the public API has ``resolved`` for
-    # values but nothing for errors): a handler that raises it when first awaited.
-    raise error
-    yield  # makes this a generator handler
 
 
 class InvalidKeyError(UsageError, TypeError):
@@ -219,7 +211,7 @@ class DataLoader(Generic[K, V]):
             ck = self._ck(key)
             if force or self.cache_map.get(ck) is None:
                 fut: Future[Any] = (
-                    _failed_future(value) if isinstance(value, BaseException) else resolved(value)
+                    failed(value) if isinstance(value, BaseException) else resolved(value)
                 )
                 self.cache_map.set(ck, fut)
         return self

@@ -16,21 +16,7 @@ from typing import Any
 
 from batchy import LoaderError
 
-__all__ = ["DataSourceError", "brief"]
-
-_MAX_ITEMS = 10
-_MAX_CHARS = 200
-
-
-def brief(value: Any) -> str:
-    """A repr of ``value`` short enough for an error message."""
-    if isinstance(value, (list, tuple)) and len(value) > _MAX_ITEMS:
-        head = ", ".join(brief(v) for v in value[:_MAX_ITEMS])
-        return f"[{head}, ... and {len(value) - _MAX_ITEMS} more]"
-    text = repr(value)
-    if len(text) > _MAX_CHARS:
-        text = text[: _MAX_CHARS - 3] + "..."
-    return text
+__all__ = ["DataSourceError"]
 
 
 class DataSourceError(LoaderError):

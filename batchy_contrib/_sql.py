@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 import batchy
-from batchy import LoaderError, UsageError
+from batchy import LoaderError, UsageError, short_repr
 
-from ._source import DataSourceError, brief
+from ._source import DataSourceError
 
 __all__ = ["Dialect", "Row", "SQLDatabase", "identifier"]
 
@@ -41,7 +41,7 @@ def identifier(name: object, what: str) -> str:
     if isinstance(name, str) and _NAME.fullmatch(name):
         return name
     raise UsageError(
-        f"{what} {brief(name)} is not a plain SQL identifier. Table and column names "
+        f"{what} {short_repr(name)} is not a plain SQL identifier. Table and column names "
         "cannot be bound parameters, so batchy accepts only letters, digits and "
         "underscores (at most 64, not starting with a digit) and never pastes other "
         "text into SQL. Rename the table or column, or write the statement yourself "
@@ -237,14 +237,14 @@ class SQLDatabase(abc.ABC):
         if not isinstance(sql, str) or sql.count(KEYS_MARK) != 1:
             raise UsageError(
                 f"db.query() needs a statement with exactly one {KEYS_MARK} where the "
-                f"bound key list goes, got {brief(sql)}. Example: "
+                f"bound key list goes, got {short_repr(sql)}. Example: "
                 f"'SELECT post_id, COUNT(*) AS n FROM comments WHERE post_id IN {KEYS_MARK} "
                 "GROUP BY post_id'"
             )
         if not isinstance(key, str) or not key:
             raise UsageError(
                 f"db.query() needs key= naming the result column that holds each row's key, "
-                f"got {brief(key)}"
+                f"got {short_repr(key)}"
             )
         name = name or f"query_by_{key}"
         return self._loader(name, sql, key, many, row, max_batch_size, max_concurrency, cache)
@@ -291,7 +291,7 @@ class SQLDatabase(abc.ABC):
         if row is not None and not callable(row):
             raise UsageError(
                 f"loader {name!r}: row= must be a type or function called as row(**columns), "
-                f"got {brief(row)}"
+                f"got {short_repr(row)}"
             )
 
         async def load(keys: list[Any]) -> list[Any]:
@@ -316,7 +316,7 @@ class SQLDatabase(abc.ABC):
         except TimeoutError as error:
             raise DataSourceError(
                 f"loader {name!r} got no answer from {self.kind} at {self.host} within "
-                f"{self.timeout} s while loading keys {brief(keys)}; the connection was "
+                f"{self.timeout} s while loading keys {short_repr(keys)}; the connection was "
                 "discarded. Check the server, or raise timeout= if the query is slow.",
                 loader=name,
                 keys=keys,
@@ -332,9 +332,9 @@ class SQLDatabase(abc.ABC):
                 what = f"had its query rejected by {self.kind} at {self.host} " + (
                     f"({type(error).__name__}: {error})"
                 )
-                hint = f"Check the table and column names. SQL: {brief(sql)}"
+                hint = f"Check the table and column names. SQL: {short_repr(sql)}"
             raise DataSourceError(
-                f"loader {name!r} {what} while loading keys {brief(keys)}. {hint}",
+                f"loader {name!r} {what} while loading keys {short_repr(keys)}. {hint}",
                 loader=name,
                 keys=keys,
                 host=self.host,
@@ -381,7 +381,7 @@ def _shape(
             out.append(
                 LoaderError(
                     f"loader {name!r} expects at most one row per key but got {len(found)} "
-                    f"rows for key {brief(k)}; the {key!r} column is not unique. Use "
+                    f"rows for key {short_repr(k)}; the {key!r} column is not unique. Use "
                     "db.many(...) (or query(..., many=True)) to get a list per key.",
                     loader=name,
                     keys=[k],
@@ -396,7 +396,7 @@ def _build(name: str, keys: list[Any], r: Row, row: Callable[..., Any]) -> Any:
     except TypeError as error:
         raise LoaderError(
             f"loader {name!r} could not build {getattr(row, '__name__', row)!r} from the row "
-            f"{brief(r)} ({error}); row= is called as row(**columns), so it must accept "
+            f"{short_repr(r)} ({error}); row= is called as row(**columns), so it must accept "
             "every selected column (choose them with columns=[...])",
             loader=name,
             keys=keys,

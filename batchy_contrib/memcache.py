@@ -36,9 +36,9 @@ from pymemcache import serde
 from pymemcache.client.base import Client, PooledClient
 
 import batchy
-from batchy import LoaderError, UsageError
+from batchy import LoaderError, UsageError, short_repr
 
-from ._source import DataSourceError, brief
+from ._source import DataSourceError
 
 __all__ = [
     "CacheStats",
@@ -157,7 +157,7 @@ def loader(
         except Exception as error:
             raise DataSourceError(
                 f"loader {name!r} could not read memcached at {host} "
-                f"({type(error).__name__}: {error}) for keys {brief(keys)}; check that "
+                f"({type(error).__name__}: {error}) for keys {short_repr(keys)}; check that "
                 "memcached is running, or use memcache.cached(...) to fall back to the source",
                 loader=name,
                 keys=keys,
@@ -207,13 +207,13 @@ class ReadThrough(batchy.Loader[K, V]):
     ) -> None:
         if not isinstance(inner, batchy.Loader):
             raise UsageError(
-                f"memcache.cached() wraps a batchy loader, got {brief(inner)}; decorate the "
+                f"memcache.cached() wraps a batchy loader, got {short_repr(inner)}; decorate the "
                 "batch function with @batchy.batched first"
             )
         if type(ttl) is not int or ttl < 0:
             raise UsageError(
                 f"memcache.cached({inner.name}) ttl= must be whole seconds >= 0 "
-                f"(0: no expiry), got {brief(ttl)}"
+                f"(0: no expiry), got {short_repr(ttl)}"
             )
         name = name or f"cached({inner.name})"
         fn = cast(Callable[[list[K]], Any], self._read_through)
@@ -366,7 +366,7 @@ class ReadThrough(batchy.Loader[K, V]):
             "memcached at %s could not delete %s for loader %r (%r); the old values stay "
             "until their TTL (%d s)",
             self.server,
-            brief(list(keys)),
+            short_repr(list(keys)),
             self.name,
             error,
             self.ttl,
