@@ -19,6 +19,7 @@ Run: ``python -m benchmarks jobs`` (or ``make bench``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -173,7 +174,10 @@ async def _worker_async(system: str, scenario: str, n: int, store: str) -> dict[
         await EVENT.wait()
         elapsed = time.perf_counter() - start
         task.cancel()
-        await arq_worker.close()
+        # Jobs still finishing when the main task is cancelled may raise here;
+        # the timing is already taken.
+        with contextlib.suppress(asyncio.CancelledError):
+            await arq_worker.close()
     else:  # saq
         from saq import Queue as SaqQueue
         from saq import Worker as SaqWorker
