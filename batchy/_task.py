@@ -131,16 +131,18 @@ class Task(Future[T]):
     def _step(self) -> None:
         sched: Scheduler = self._sched  # type: ignore[assignment]
         fut = self._waiting
-        self._waiting = None
         send: Any = None
         throw: BaseException | None = None
+        if fut is not None:
+            self._waiting = None
+            if not self._is_coro:
+                if fut._state == DONE:
+                    send = fut._value
+                else:
+                    throw = fut._value
         if self._cancel is not None:
+            send = None
             throw, self._cancel = self._cancel, None
-        elif fut is not None and not self._is_coro:
-            if fut._state == DONE:
-                send = fut._value
-            else:
-                throw = fut._value
         coro = self._coro
         # No save/restore: steps never nest, and the scheduler resets ``current``
         # before it flushes or returns to the loop.
@@ -257,6 +259,77 @@ def _code_owner(coro: Any) -> Any:
     return types.SimpleNamespace(__qualname__=code.co_qualname, __code__=code)
 
 
+# The body of TaskFunction.__call__ (Task.__init__ inlined: pages make tens of
+# thousands of tasks), generated per handler with the handler's parameters.
+_CALL_TEMPLATE = """
+def __call__(_batchy_self, {params}):
+    _batchy_t = _batchy_new(_batchy_Task)
+    _batchy_t._state = _batchy_PENDING
+    _batchy_t._value = None
+    _batchy_t._waiters = None
+    _batchy_t._coro = _batchy_fn({args})
+    _batchy_t._func = _batchy_fn
+    _batchy_t._is_coro = _batchy_is_coro
+    _batchy_t._sched = None
+    _batchy_t._scope = None
+    _batchy_t._waiting = None
+    _batchy_t._cancel = None
+    return _batchy_t
+"""
+
+
+def _fast_call(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """A ``__call__`` with ``fn``'s own parameters, or None if they cannot be copied."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    params: list[str] = []
+    args: list[str] = []
+    defaults: dict[str, Any] = {}
+    kinds = inspect.Parameter
+    for name, p in sig.parameters.items():
+        if name.startswith("_batchy_"):
+            return None
+        text = name
+        if p.default is not kinds.empty:
+            defaults[name] = p.default
+            text += f"=_batchy_defaults[{name!r}]"
+        if p.kind is kinds.VAR_POSITIONAL:
+            params.append(f"*{name}")
+            args.append(f"*{name}")
+        elif p.kind is kinds.VAR_KEYWORD:
+            params.append(f"**{name}")
+            args.append(f"**{name}")
+        elif p.kind is kinds.KEYWORD_ONLY:
+            if not any(x.startswith("*") for x in params):
+                params.append("*")
+            params.append(text)
+            args.append(f"{name}={name}")
+        else:
+            params.append(text)
+            args.append(name)
+        if p.kind is kinds.POSITIONAL_ONLY and not any(
+            q.kind is kinds.POSITIONAL_ONLY for q in list(sig.parameters.values())[len(params) :]
+        ):
+            params.append("/")
+    namespace: dict[str, Any] = {
+        "_batchy_new": _new_task,
+        "_batchy_Task": Task,
+        "_batchy_PENDING": PENDING,
+        "_batchy_fn": fn,
+        "_batchy_is_coro": inspect.iscoroutinefunction(fn),
+        "_batchy_defaults": defaults,
+    }
+    source = _CALL_TEMPLATE.format(params=", ".join(params), args=", ".join(args))
+    exec(source, namespace)
+    call: Callable[..., Any] = namespace["__call__"]
+    # Argument errors then name the handler: "post_view() missing 1 required ...".
+    call.__name__ = fn.__name__
+    call.__qualname__ = fn.__qualname__
+    return call
+
+
 class TaskFunction(Generic[P, T]):
     """A handler decorated with :func:`batchy.task`; calling it makes a :class:`Task`."""
 
@@ -271,9 +344,18 @@ class TaskFunction(Generic[P, T]):
         self._is_coro = inspect.iscoroutinefunction(fn)
         functools.update_wrapper(self, fn)
 
+    def __new__(cls, fn: Callable[P, Handler[T]]) -> TaskFunction[P, T]:
+        # Each decorated handler gets a subclass whose __call__ has the handler's
+        # own signature (see _fast_call): calling it then packs no *args tuple
+        # and **kwargs dict, which is a measurable share of a task's cost.
+        kind = cls
+        if cls is TaskFunction:
+            call = _fast_call(fn)
+            if call is not None:
+                kind = type(cls.__name__, (cls,), {"__call__": call, "__slots__": ()})
+        return super().__new__(kind)
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Task[T]:
-        # Task.__init__ inlined (one call frame less per task): pages make tens
-        # of thousands of tasks, and this is a measurable part of their cost.
         t: Task[T] = _new_task(Task)
         t._state = PENDING
         t._value = None

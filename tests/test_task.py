@@ -434,3 +434,22 @@ def test_run_does_not_repr_the_result() -> None:
         return NoRepr()
 
     assert isinstance(batchy.run(h()), NoRepr)
+
+
+def test_calling_a_task_function_keeps_the_handler_signature() -> None:
+    @batchy.task
+    def every_kind(a: int, /, b: int = 2, *rest: int, c: int, d: int = 4, **more: int) -> Any:
+        yield batchy.resolved(None)
+        return a, b, rest, c, d, more
+
+    assert batchy.run(every_kind(1, c=3)) == (1, 2, (), 3, 4, {})
+    assert batchy.run(every_kind(1, 5, 6, 7, c=3, d=8, e=9)) == (1, 5, (6, 7), 3, 8, {"e": 9})
+    assert isinstance(every_kind, batchy.TaskFunction)
+    with pytest.raises(
+        TypeError, match=r"every_kind\(\) missing 1 required keyword-only argument: 'c'"
+    ):
+        every_kind(1)
+    with pytest.raises(
+        TypeError, match=r"every_kind\(\) missing 1 required positional argument: .a."
+    ):
+        every_kind(a=1, c=3)  # type: ignore[call-arg]
