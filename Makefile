@@ -51,3 +51,12 @@ bench: $(STAMP) services
 
 clean:
 	rm -rf $(VENV) docs/_build .mypy_cache .ruff_cache .pytest_cache
+
+# Kill -9 workers under load (Redis, then SQLite) and count lost, duplicated and out-of-order jobs.
+.PHONY: crash-test
+crash-test: $(STAMP) services
+	$(BIN)/python scripts/crash_test.py
+examples: examples-sharded
+.PHONY: examples-sharded
+examples-sharded: $(STAMP)
+	$(BIN)/python examples/sharded_orders.py --rows 20000 --quiet

@@ -74,8 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--burst", action="store_true", help="exit when no job is ready")
     worker.add_argument("--log-level", default="INFO")
 
-    info = sub.add_parser("info", help="queues, dead jobs and live workers")
+    info = sub.add_parser("info", help="queues, dead jobs, live workers, busiest/stalled keys")
     info.add_argument("app", nargs="?")
+    info.add_argument("--keys", type=int, default=10, help="ordering keys to show per list")
 
     dead = sub.add_parser("dead", help="list, retry or delete dead jobs")
     dead.add_argument("action", choices=["list", "retry", "delete"])
@@ -91,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--kwargs", default="{}", help="keyword arguments as a JSON object")
     enqueue.add_argument("--delay", type=float, default=None)
     enqueue.add_argument("--queue", default=None)
+    enqueue.add_argument("--key", default=None, help="ordering key (runs after its key's jobs)")
     return parser
 
 
@@ -121,6 +123,8 @@ async def _info(args: argparse.Namespace) -> int:
     queue = load_app(args.app)
     try:
         info = await queue.info()
+        now = time.time()
+        busiest, stalled = await queue.backend.keys(now, args.keys)
     finally:
         await queue.close()
     print(
@@ -139,6 +143,17 @@ async def _info(args: argparse.Namespace) -> int:
             f"  {w.id}  queues={','.join(w.queues)}  busy={len(w.running)}/{w.concurrency}  "
             f"up={up:.0f}s  jobs={' '.join(w.running[:10])}"
         )
+    for title, keys in (("busiest keys", busiest), ("stalled keys", stalled)):
+        if not keys:
+            continue
+        print(f"{title}:")
+        for k in keys:
+            when = ""
+            if k.state in ("retrying", "scheduled"):
+                when = f" (due in {k.since - now:.1f}s)"
+            elif k.state in ("expired", "queued"):
+                when = f" (for {now - k.since:.1f}s)"
+            print(f"  {k.key}  jobs={k.jobs}  queue={k.queue}  head={k.head} {k.state}{when}")
     return 0
 
 
@@ -148,7 +163,8 @@ async def _dead(args: argparse.Namespace) -> int:
         if args.action == "list":
             for d in await queue.dead_jobs(args.limit):
                 when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.died_at))
-                print(f"{d.id}  {d.queue}  {when}Z  {d.reason}")
+                key = f"  key={d.key}" if d.key is not None else ""
+                print(f"{d.id}  {d.queue}  {when}Z{key}  {d.reason}")
             return 0
         if not args.ids and not args.all:
             raise ConfigError(
@@ -181,7 +197,8 @@ async def _enqueue(args: argparse.Namespace) -> int:
             "e.g. '\"hello\"'"
         ) from error
     try:
-        handle = await job.options(delay=args.delay, queue=args.queue).enqueue(*values, **kwargs)
+        options = job.options(delay=args.delay, queue=args.queue, key=args.key)
+        handle = await options.enqueue(*values, **kwargs)
     finally:
         await queue.close()
     print(handle.id)

@@ -21,6 +21,7 @@ from ._errors import (
     JobDefinitionError,
     JobError,
     JobTimeout,
+    LeaseLost,
     PayloadError,
     SerializationError,
     UnknownJobError,
@@ -36,6 +37,7 @@ from ._model import (
     Info,
     JobStatus,
     JSONSerializer,
+    KeyInfo,
     Outcome,
     QueueInfo,
     Serializer,
@@ -43,6 +45,8 @@ from ._model import (
 )
 from ._queue import Periodic, Queue
 from ._retry import DEFAULT_RETRIES, Backoff, Retry, sidekiq_backoff
+from ._runner import Running
+from ._sharded import ShardedJob
 from ._sqlite import SQLiteBackend
 from ._worker import Worker, parse_queues
 
@@ -70,6 +74,8 @@ __all__ = [
     "JobStatus",
     "JobTimeout",
     "JobType",
+    "KeyInfo",
+    "LeaseLost",
     "MemoryBackend",
     "Outcome",
     "PayloadError",
@@ -78,8 +84,10 @@ __all__ = [
     "QueueInfo",
     "ResultNotKept",
     "Retry",
+    "Running",
     "SQLiteBackend",
     "Schedule",
+    "ShardedJob",
     "SerializationError",
     "Serializer",
     "UnknownJobError",

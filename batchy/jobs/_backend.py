@@ -16,6 +16,16 @@ every backend:
   worker for ``info``; it returns the ids whose lease the worker had lost.
 - An outcome for a job whose lease moved to another worker is still applied:
   the guarantee is at-least-once, and the last word about a job wins.
+- Ordering keys (``Envelope.key``): of the jobs sharing a key, only the *head*
+  (the oldest still in the store, in push order) is ever claimable, so a key
+  runs one job at a time in push order. A retry updates the head in place (it
+  stays the head: the key waits for it); ``done`` and ``dead`` remove it and the
+  next job of the key becomes the head in the same step. Expired leases and
+  releases give the head back. A store keeps nothing per key once the key has no
+  jobs, and never scans keys to find work: a key's next job is found from the
+  job that just left.
+- ``save_progress`` replaces the payload of a job the worker still holds (a
+  sharded job's cursor), renewing its lease; ``False`` when the lease is lost.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ import abc
 from collections.abc import Sequence
 
 from ._errors import ConfigError
-from ._model import Claimed, DeadJob, Envelope, Info, JobStatus, Outcome, WorkerInfo
+from ._model import Claimed, DeadJob, Envelope, Info, JobStatus, KeyInfo, Outcome, WorkerInfo
 
 __all__ = ["DEAD_MAX", "DEAD_MAX_AGE", "Backend"]
 
@@ -78,6 +88,26 @@ class Backend(abc.ABC):
         self, worker: WorkerInfo, ids: Sequence[str], lease: float, now: float
     ) -> list[str]:
         """Extend the leases of ``ids`` held by ``worker``; return the ids it no longer holds."""
+
+    async def save_progress(
+        self, job_id: str, worker: str, payload: str, lease: float, now: float
+    ) -> bool:
+        """Store ``payload`` for a job ``worker`` holds and renew its lease; ``False`` if lost."""
+        raise ConfigError(
+            f"{self!r} cannot save a running job's progress, so sharded jobs cannot run on "
+            "it; implement save_progress() or use MemoryBackend, SQLiteBackend or RedisBackend"
+        )
+
+    async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
+        """The ``limit`` busiest ordering keys (most jobs first) and the stalled ones."""
+        return [], []
+
+    @staticmethod
+    def rank_keys(found: list[KeyInfo], limit: int) -> tuple[list[KeyInfo], list[KeyInfo]]:
+        """For :meth:`keys`: the busiest (most jobs first) and stalled (longest first) keys."""
+        busiest = sorted(found, key=lambda k: (-k.jobs, k.key))[:limit]
+        stalled = sorted((k for k in found if k.stalled), key=lambda k: k.since)[:limit]
+        return busiest, stalled
 
     @abc.abstractmethod
     async def forget_worker(self, worker_id: str) -> None:

@@ -7,6 +7,7 @@
           +-- UnknownJobError     a payload names a job type this process does not know
           +-- PayloadError        a stored payload cannot be decoded
           +-- JobTimeout          a job ran longer than its ``timeout``
+          +-- LeaseLost           a sharded job's worker lost its lease: another runs it now
           +-- ConfigError         a worker or CLI option is wrong
 
 Every message names the job, queue or value and suggests a fix.
@@ -21,6 +22,7 @@ __all__ = [
     "JobDefinitionError",
     "JobError",
     "JobTimeout",
+    "LeaseLost",
     "PayloadError",
     "SerializationError",
     "UnknownJobError",
@@ -49,6 +51,10 @@ class PayloadError(JobError):
 
 class JobTimeout(JobError):
     """A job ran longer than its ``timeout`` and was cancelled."""
+
+
+class LeaseLost(JobError):
+    """This worker no longer holds the job's lease; it stops and leaves the job to its owner."""
 
 
 class ConfigError(JobError):

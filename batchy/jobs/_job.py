@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -36,6 +37,7 @@ class JobCall:
     queue: str | None = None
     id: str | None = None
     attempt: int = field(default=0)
+    key: str | int | None = None
 
     def message(self, now: float) -> Message:
         return Message(
@@ -98,6 +100,8 @@ class JobType(Generic[P, T]):
         timeout: float | None = None,
         backoff: Backoff = sidekiq_backoff,
         keep_result: float | None = None,
+        ordered_by: str | Callable[..., Any] | None = None,
+        order_group: str | None = None,
         **unknown: Any,
     ) -> None:
         from ._queue import check_queue_name
@@ -106,7 +110,7 @@ class JobType(Generic[P, T]):
         if unknown:
             raise JobDefinitionError(
                 f"job {label!r}: unknown option(s) {sorted(unknown)}; the options are name, "
-                "queue, retries, timeout, backoff, keep_result"
+                "queue, retries, timeout, backoff, keep_result, ordered_by, order_group"
             )
         if type(retries) is not int or retries < 0:
             raise JobDefinitionError(
@@ -130,9 +134,60 @@ class JobType(Generic[P, T]):
         self.timeout = timeout
         self.backoff = backoff
         self.keep_result = owner.keep_result if keep_result is None else keep_result
+        self.ordered_by = ordered_by
+        # Set by job kinds built on jobs (sharded jobs): the handler's first
+        # argument is then the :class:`Running` job, so it can save progress.
+        self.takes_running = False
+        self.order_group = order_group or self.name
+        self._signature: inspect.Signature | None = None
+        if isinstance(ordered_by, str):
+            self._signature = inspect.signature(fn)
+            if ordered_by not in self._signature.parameters:
+                raise JobDefinitionError(
+                    f"job {self.name!r}: ordered_by={ordered_by!r} names no parameter of the "
+                    f"handler (it takes {list(self._signature.parameters)}); name one, or pass "
+                    "a function of the arguments, e.g. ordered_by=lambda post_id, **_: post_id"
+                )
+        elif ordered_by is not None and not callable(ordered_by):
+            raise JobDefinitionError(
+                f"job {self.name!r}: ordered_by={ordered_by!r} must be a parameter name or a "
+                "function of the job's arguments returning its key (a str or int)"
+            )
 
     def __repr__(self) -> str:
         return f"<batchy.jobs.JobType {self.name} queue={self.queue_name}>"
+
+    def order_key(self, call: JobCall) -> str | None:
+        """The ordering key a call is stored under (``group:value``), or None if unordered."""
+        value: Any = call.key
+        if value is None and self.ordered_by is not None:
+            try:
+                if self._signature is not None:
+                    bound = self._signature.bind(*call.args, **call.kwargs)
+                    bound.apply_defaults()
+                    value = bound.arguments[str(self.ordered_by)]
+                elif callable(self.ordered_by):
+                    value = self.ordered_by(*call.args, **call.kwargs)
+            except Exception as error:
+                raise JobDefinitionError(
+                    f"job {self.name!r}: cannot find its ordering key in args={call.args!r} "
+                    f"kwargs={call.kwargs!r} ({type(error).__name__}: {error}); ordered_by "
+                    "receives the job's arguments, e.g. ordered_by=lambda post_id, **_: post_id"
+                ) from error
+            if value is None:
+                raise JobDefinitionError(
+                    f"job {self.name!r} is ordered, but ordered_by gave None for "
+                    f"args={call.args!r} kwargs={call.kwargs!r}; return the key (a str or "
+                    "int), or enqueue with .options(key=...)"
+                )
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise JobDefinitionError(
+                f"job {self.name!r}: ordering key {value!r} is a {type(value).__name__}; a key "
+                "must be a str or an int (e.g. the post's id), nothing was enqueued"
+            )
+        return f"{self.order_group}:{value}"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> batchy.Task[T]:
         """Run the handler here and now (as a batchy task), without the queue."""
@@ -158,11 +213,13 @@ class JobType(Generic[P, T]):
         retries: int | None = None,
         queue: str | None = None,
         id: str | None = None,
+        key: str | int | None = None,
     ) -> _Options[P]:
         """Enqueue options for one call: ``await job.options(delay=60).enqueue(x)``.
 
         ``delay`` in seconds or ``at`` a Unix time; ``retries`` overrides the job
-        type's; ``queue`` sends it to another queue; ``id`` sets the job id.
+        type's; ``queue`` sends it to another queue; ``id`` sets the job id; ``key``
+        orders it after every job already enqueued with the same key (and group).
         """
         if delay is not None and at is not None:
             raise JobDefinitionError(
@@ -180,4 +237,4 @@ class JobType(Generic[P, T]):
             from ._queue import check_queue_name
 
             check_queue_name(queue, f"job {self.name!r}")
-        return _Options(self, JobCall(self, (), {}, delay, at, retries, queue, id))
+        return _Options(self, JobCall(self, (), {}, delay, at, retries, queue, id, key=key))

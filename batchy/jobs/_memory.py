@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
-from ._model import Claimed, DeadJob, Envelope, Info, JobStatus, Outcome, QueueInfo, WorkerInfo
+from ._model import (
+    Claimed,
+    DeadJob,
+    Envelope,
+    Info,
+    JobStatus,
+    KeyInfo,
+    Outcome,
+    QueueInfo,
+    WorkerInfo,
+)
 
 __all__ = ["MemoryBackend"]
 
@@ -27,6 +38,7 @@ class _Job:
     retrying: bool = False
     owner: str | None = None
     lease: float = 0.0
+    key: str | None = None
 
 
 class MemoryBackend(Backend):
@@ -44,6 +56,9 @@ class MemoryBackend(Backend):
         self._uniques: dict[str, float] = {}
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
         self._leased: dict[str, _Job] = {}  # claimed jobs only, so recovery scans only them
+        # Per ordering key with jobs, their ids in push order; only the head is ever
+        # in a ready heap. A key's entry goes when its last job does.
+        self._keys: dict[str, deque[str]] = {}
 
     def __repr__(self) -> str:
         return f"<MemoryBackend jobs={len(self._jobs)}>"
@@ -64,10 +79,30 @@ class MemoryBackend(Backend):
                     continue
                 self._uniques[env.unique] = now + env.unique_ttl
             due = now if env.due is None else env.due
-            job = self._jobs[env.id] = _Job(env.id, env.queue, env.payload, due, 0)
+            job = self._jobs[env.id] = _Job(env.id, env.queue, env.payload, due, 0, key=env.key)
+            if env.key is not None:
+                line = self._keys.setdefault(env.key, deque())
+                line.append(env.id)
+                if len(line) > 1:
+                    pushed.append(True)
+                    continue  # waits behind the key's head
             self._put(job)
             pushed.append(True)
         return pushed
+
+    def _leave(self, job: _Job | None) -> None:
+        """``job`` left the store: if it held a key, the key's next job becomes its head."""
+        if job is None or job.key is None:
+            return
+        line = self._keys.get(job.key)
+        if line is None or job.id not in line:
+            return
+        head_left = line[0] == job.id
+        line.remove(job.id)
+        if not line:
+            del self._keys[job.key]
+        elif head_left:
+            self._put(self._jobs[line[0]])
 
     async def cycle(
         self,
@@ -101,15 +136,20 @@ class MemoryBackend(Backend):
         job = self._jobs.get(outcome.id)
         self._leased.pop(outcome.id, None)
         if outcome.kind == "done":
-            self._jobs.pop(outcome.id, None)
+            self._leave(self._jobs.pop(outcome.id, None))
             if outcome.keep > 0:
                 self._results[outcome.id] = (outcome.result, now + outcome.keep)
         elif outcome.kind == "dead":
-            self._jobs.pop(outcome.id, None)
+            self._leave(self._jobs.pop(outcome.id, None))
             self._dead[outcome.id] = DeadJob(
-                outcome.id, outcome.queue, outcome.payload or "", outcome.reason,
-                outcome.traceback, now,
-            )  # fmt: skip
+                outcome.id,
+                outcome.queue,
+                outcome.payload or "",
+                outcome.reason,
+                outcome.traceback,
+                now,
+                None if job is None else job.key,
+            )
             self._cap_dead(now)
         elif job is not None:
             job.owner = None
@@ -140,6 +180,34 @@ class MemoryBackend(Backend):
         self._workers[worker.id] = (worker, now + lease)
         return lost
 
+    async def save_progress(
+        self, job_id: str, worker: str, payload: str, lease: float, now: float
+    ) -> bool:
+        job = self._jobs.get(job_id)
+        if job is None or job.owner != worker:
+            return False
+        job.payload, job.lease = payload, now + lease
+        return True
+
+    async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
+        found = []
+        for key, line in self._keys.items():
+            h = self._jobs[line[0]]
+            found.append(
+                KeyInfo.of_head(
+                    key,
+                    h.queue,
+                    len(line),
+                    h.id,
+                    running=h.owner is not None,
+                    lease=h.lease,
+                    due=h.due,
+                    retrying=h.retrying,
+                    now=now,
+                )
+            )
+        return self.rank_keys(found, limit)
+
     async def forget_worker(self, worker_id: str) -> None:
         self._workers.pop(worker_id, None)
 
@@ -161,7 +229,13 @@ class MemoryBackend(Backend):
     async def info(self, now: float) -> Info:
         queues = []
         for name in sorted(self._ready):
-            jobs = [j for j in self._jobs.values() if j.queue == name]
+            # Jobs waiting behind their key's head are not claimable: not counted here
+            # (as in the other stores); `keys()` shows them.
+            jobs = [
+                j
+                for j in self._jobs.values()
+                if j.queue == name and (j.key is None or self._keys[j.key][0] == j.id)
+            ]
             ready = [j.due for j in jobs if j.owner is None and j.due <= now]
             waiting = [j for j in jobs if j.owner is None and j.due > now]
             queues.append(
@@ -184,7 +258,7 @@ class MemoryBackend(Backend):
         chosen = [i for i in (self._dead if ids is None else ids) if i in self._dead]
         for job_id in chosen:
             dead = self._dead.pop(job_id)
-            await self.push([Envelope(dead.id, dead.queue, dead.payload)], now)
+            await self.push([Envelope(dead.id, dead.queue, dead.payload, key=dead.key)], now)
         return len(chosen)
 
     async def delete_dead(self, ids: Sequence[str] | None) -> int:

@@ -24,6 +24,7 @@ __all__ = [
     "Info",
     "JSONSerializer",
     "JobStatus",
+    "KeyInfo",
     "Message",
     "Outcome",
     "QueueInfo",
@@ -142,6 +143,8 @@ class Envelope:
 
     ``due`` is a Unix time (``None``: now). ``unique`` makes the enqueue happen at
     most once per key for ``unique_ttl`` seconds, whoever tries (periodic ticks).
+    ``key`` orders the job: of the jobs sharing a key, only the oldest (in push
+    order) may be claimed, and only when no other job of the key is running.
     """
 
     id: str
@@ -150,6 +153,7 @@ class Envelope:
     due: float | None = None
     unique: str | None = None
     unique_ttl: float = 0.0
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +207,7 @@ class DeadJob:
     reason: str
     traceback: str
     died_at: float
+    key: str | None = None  # the ordering key it held up until it died
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +259,52 @@ class QueueInfo:
     running: int
     scheduled: int
     retrying: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """One ordering key with jobs: how many, and what its head (the oldest job) is doing.
+
+    ``state`` is the head's: ``running``, ``queued``, ``retrying`` (the key waits
+    for the retry), ``scheduled`` (a delayed head) or ``expired`` (its worker died;
+    the next cycle gives it back). ``since``: for ``retrying`` and ``scheduled``,
+    the Unix time the head is due; for ``expired``, when its lease ran out.
+    """
+
+    key: str
+    queue: str
+    jobs: int
+    head: str
+    state: str
+    since: float = 0.0
+
+    @classmethod
+    def of_head(
+        cls,
+        key: str,
+        queue: str,
+        jobs: int,
+        head: str,
+        *,
+        running: bool,
+        lease: float,
+        due: float,
+        retrying: bool,
+        now: float,
+    ) -> KeyInfo:
+        """A key's info from what a store knows about its head job."""
+        if running:
+            state, since = ("expired", lease) if lease < now else ("running", 0.0)
+        elif due > now:
+            state, since = ("retrying" if retrying else "scheduled"), due
+        else:
+            state, since = "queued", due
+        return cls(key, queue, jobs, head, state, since)
+
+    @property
+    def stalled(self) -> bool:
+        """True when the key cannot move on now (its head is backing off or orphaned)."""
+        return self.state in ("retrying", "expired")
 
 
 @dataclass(frozen=True, slots=True)

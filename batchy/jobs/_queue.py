@@ -32,6 +32,7 @@ from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
 
 if TYPE_CHECKING:
     from ._hooks import JobHook
+    from ._sharded import ShardedJob
     from ._worker import Worker
 
 __all__ = ["Periodic", "Queue"]
@@ -114,6 +115,8 @@ class Queue:
         timeout: float | None = None,
         backoff: Backoff = sidekiq_backoff,
         keep_result: float | None = None,
+        ordered_by: str | Callable[..., Any] | None = None,
+        order_group: str | None = None,
     ) -> Callable[[Callable[P, Any]], JobType[P, Any]]: ...
     def job(  # type: ignore[misc]  # mypy cannot match ParamSpec overloads here
         self,
@@ -126,12 +129,17 @@ class Queue:
         timeout: float | None = None,
         backoff: Backoff = sidekiq_backoff,
         keep_result: float | None = None,
+        ordered_by: str | Callable[..., Any] | None = None,
+        order_group: str | None = None,
     ) -> JobType[P, Any] | Callable[[Callable[P, Any]], JobType[P, Any]]:
         """Declare a job type from a generator handler or an ``async def``.
 
         Options: ``name`` (default: ``module.qualname``), ``queue``, ``retries``
         (default 25), ``timeout`` (seconds per attempt), ``backoff``
         (``(retries_done, error) -> seconds``) and ``keep_result`` (seconds).
+        ``ordered_by`` (a parameter name, or a function of the arguments returning
+        a str or int) makes jobs with the same key run one at a time in enqueue
+        order; ``order_group`` lets job types share keys (default: the job name).
         """
 
         options: dict[str, Any] = {
@@ -141,6 +149,8 @@ class Queue:
             "timeout": timeout,
             "backoff": backoff,
             "keep_result": keep_result,
+            "ordered_by": ordered_by,
+            "order_group": order_group,
         }
 
         def declare(f: Callable[P, Any]) -> JobType[P, Any]:
@@ -167,6 +177,32 @@ class Queue:
             job: JobType[[], Any] = self._register(JobType(self, f, **options))
             self.periodics.append(Periodic(job, sched))
             return job
+
+        return declare
+
+    def sharded(
+        self,
+        *,
+        shards: int,
+        name: str | None = None,
+        queue: str | None = None,
+        retries: int = DEFAULT_RETRIES,
+        backoff: Backoff = sidekiq_backoff,
+        keep_result: float | None = None,
+    ) -> Callable[[Callable[[int, int, Any], Any]], ShardedJob]:
+        """Declare a sharded job: ``handler(shard, shards, cursor) -> next cursor or None``.
+
+        See :class:`ShardedJob`; ``await job.start(run)`` enqueues one job per shard.
+        """
+        from ._sharded import SHARD_KEEP, ShardedJob
+
+        def declare(f: Callable[[int, int, Any], Any]) -> ShardedJob:
+            sharded = ShardedJob(
+                self, f, shards=shards, name=name, queue=queue, retries=retries,
+                backoff=backoff, keep_result=SHARD_KEEP if keep_result is None else keep_result,
+            )  # fmt: skip
+            self._register(sharded.job)
+            return sharded
 
         return declare
 
@@ -201,7 +237,13 @@ class Queue:
     def _envelope(self, call: JobCall, now: float) -> Envelope:
         message = call.message(now)
         due = call.due(now)
-        return Envelope(message.id, message.queue, encode(message, self.serializer), due)
+        return Envelope(
+            message.id,
+            message.queue,
+            encode(message, self.serializer),
+            due,
+            key=call.job.order_key(call),
+        )
 
     def handle(self, job_id: str) -> Handle:
         """A handle for a job enqueued earlier (e.g. by another process)."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import batchy
 
-from ._errors import JobTimeout, PayloadError, UnknownJobError
+from ._errors import JobTimeout, LeaseLost, PayloadError, UnknownJobError
 from ._hooks import JobEvent, emit, log
 from ._model import Claimed, Message, Outcome, decode, encode
 from ._retry import Retry
@@ -25,11 +26,31 @@ if TYPE_CHECKING:
     from ._job import JobType
     from ._queue import Queue
 
-__all__ = ["run_job"]
+__all__ = ["Running", "run_job"]
 
 
-async def run_job(queue: Queue, claimed: Claimed, hooks: list[JobHook]) -> Outcome:
-    """Run ``claimed`` to an outcome; a cancelled job raises ``CancelledError`` (shutdown)."""
+@dataclass(slots=True)
+class Running:
+    """A claimed job as its handler may see it (job types with ``takes_running``).
+
+    ``message`` is live: what the handler changes in it (a sharded job's cursor in
+    its arguments) is what a retry stores.
+    """
+
+    queue: Queue
+    message: Message
+    worker: str
+    lease: float
+
+
+async def run_job(
+    queue: Queue, claimed: Claimed, hooks: list[JobHook], worker: str = "", lease: float = 30.0
+) -> Outcome | None:
+    """Run ``claimed`` to an outcome; a cancelled job raises ``CancelledError`` (shutdown).
+
+    ``None`` when the worker lost the job's lease and its handler stopped
+    (:class:`LeaseLost`): the job belongs to another worker, whose word counts.
+    """
     start = time.perf_counter()
     try:
         message = decode(claimed, queue.serializer)
@@ -56,7 +77,11 @@ async def run_job(queue: Queue, claimed: Claimed, hooks: list[JobHook]) -> Outco
     emit(hooks, "job_started", event)
     failure: Exception | None = None
     try:
-        result = await _call(job, message)
+        result = await _call(job, message, Running(queue, message, worker, lease))
+    except LeaseLost as lost:
+        log.warning("job %s %s stopped: %s", message.id, message.job, lost)
+        emit(hooks, "job_finished", _finished(event, "lost", time.perf_counter() - start, lost))
+        return None
     except asyncio.CancelledError:
         duration = time.perf_counter() - start
         log.info("job %s %s released after %.3fs (shutdown)", message.id, message.job, duration)
@@ -91,11 +116,14 @@ def _finished(
     return JobEvent(event.id, event.job, event.queue, event.attempt, outcome, duration, error)
 
 
-async def _call(job: JobType[Any, Any], message: Message) -> Any:
+async def _call(job: JobType[Any, Any], message: Message, running: Running) -> Any:
     # Each job gets its own scope: loads batch with every other running job's,
     # but cached values never leak from one job to the next.
     async with batchy.Scope(f"job {message.id}"):
-        task = job.handler(*message.args, **message.kwargs)
+        if job.takes_running:
+            task = job.handler(running, *message.args, **message.kwargs)
+        else:
+            task = job.handler(*message.args, **message.kwargs)
         if job.timeout is None:
             return await task
         try:

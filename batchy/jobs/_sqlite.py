@@ -10,6 +10,13 @@ retry jobs are rows with a future ``due``; an index on ``(queue, state, due)``
 makes "ready" a range scan, and claiming is the same ``UPDATE`` for all of them,
 so a due job is claimed exactly once.
 
+Ordering keys: a job with a key (column ``okey``) that is not its key's head
+(the lowest rowid of the key) has ``state = 2`` (blocked), which no claim looks
+at. When a head leaves (done or dead) the key's next row, found through an index
+on ``okey``, becomes ``state = 0`` in the same transaction. New rows always get a
+rowid above every live row, so rowid order is push order; a retry updates its
+row in place and keeps its place.
+
 Calls are synchronous under the hood (SQLite answers in microseconds); a busy
 database makes a call wait up to ``busy_timeout`` seconds.
 """
@@ -23,12 +30,25 @@ from pathlib import Path
 
 from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
 from ._errors import ConfigError
-from ._model import Claimed, DeadJob, Envelope, Info, JobStatus, Outcome, QueueInfo, WorkerInfo
+from ._model import (
+    Claimed,
+    DeadJob,
+    Envelope,
+    Info,
+    JobStatus,
+    KeyInfo,
+    Outcome,
+    QueueInfo,
+    WorkerInfo,
+)
+from ._sqlite_tx import Transaction as _Transaction
+from ._sqlite_tx import chunks as _chunks
 
 __all__ = ["SQLiteBackend"]
 
 RUNNING = 1
 WAITING = 0
+BLOCKED = 2  # behind the head of its ordering key
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -43,6 +63,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (queue, state, due);
 CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (state, lease);
+
 CREATE TABLE IF NOT EXISTS results (id TEXT PRIMARY KEY, result TEXT, expires REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS dead (
     id TEXT PRIMARY KEY, queue TEXT NOT NULL, payload TEXT NOT NULL,
@@ -53,14 +74,6 @@ CREATE TABLE IF NOT EXISTS uniques (key TEXT PRIMARY KEY, expires REAL NOT NULL)
 CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, info TEXT NOT NULL, expires REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY);
 """
-
-# SQLite allows 32766 host parameters; stay far below.
-_CHUNK = 500
-
-
-def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
-    for i in range(0, len(ids), _CHUNK):
-        yield ids[i : i + _CHUNK]
 
 
 class SQLiteBackend(Backend):
@@ -102,6 +115,14 @@ class SQLiteBackend(Backend):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self._db.execute(statement)
+            # Files made before ordering keys existed get the columns now.
+            for table in ("jobs", "dead"):
+                columns = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
+                if "okey" not in columns:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN okey TEXT")
+            self._db.execute(
+                "CREATE INDEX IF NOT EXISTS jobs_okey ON jobs (okey) WHERE okey IS NOT NULL"
+            )
         self._pruned = 0.0
 
     def __repr__(self) -> str:
@@ -130,8 +151,9 @@ class SQLiteBackend(Backend):
                         continue
                 due = now if env.due is None else env.due
                 cur = db.execute(
-                    "INSERT OR IGNORE INTO jobs (id, queue, payload, due) VALUES (?, ?, ?, ?)",
-                    (env.id, env.queue, env.payload, due),
+                    "INSERT OR IGNORE INTO jobs (id, queue, payload, due, okey, state) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (env.id, env.queue, env.payload, due, env.key, self._entry_state(env.key)),
                 )
                 pushed.append(cur.rowcount == 1)
             db.executemany(
@@ -178,11 +200,34 @@ class SQLiteBackend(Backend):
                 db.execute("DELETE FROM workers WHERE expires < ?", (now,))
         return claimed
 
+    def _entry_state(self, key: str | None) -> int:
+        """A new row's state: blocked when its key already has a job (the head)."""
+        if key is None:
+            return WAITING
+        busy = self._db.execute("SELECT 1 FROM jobs WHERE okey = ? LIMIT 1", (key,)).fetchone()
+        return WAITING if busy is None else BLOCKED
+
+    def _advance(self, keys: Iterable[str | None]) -> None:
+        """The heads of ``keys`` left: each key's oldest remaining row becomes claimable."""
+        for key in {k for k in keys if k is not None}:
+            self._db.execute(
+                "UPDATE jobs SET state = 0 WHERE rowid = "
+                "(SELECT min(rowid) FROM jobs WHERE okey = ?) AND state = 2",
+                (key,),
+            )
+
     def _apply(self, outcomes: Sequence[Outcome], now: float) -> None:
         db = self._db
         done = [o.id for o in outcomes if o.kind == "done"]
+        left: list[str | None] = []
         for chunk in _chunks(done):
-            db.execute(f"DELETE FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", tuple(chunk))
+            left += [
+                r[0]
+                for r in db.execute(
+                    f"DELETE FROM jobs WHERE id IN ({','.join('?' * len(chunk))}) RETURNING okey",
+                    tuple(chunk),
+                )
+            ]
         kept = [(o.id, o.result, now + o.keep) for o in outcomes if o.kind == "done" and o.keep > 0]
         if kept:
             db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?)", kept)
@@ -196,13 +241,18 @@ class SQLiteBackend(Backend):
             [(o.id,) for o in outcomes if o.kind == "release"],
         )
         dead = [o for o in outcomes if o.kind == "dead"]
-        if dead:
-            db.executemany("DELETE FROM jobs WHERE id = ?", [(o.id,) for o in dead])
-            db.executemany(
-                "INSERT OR REPLACE INTO dead VALUES (?, ?, ?, ?, ?, ?)",
-                [(o.id, o.queue, o.payload or "", o.reason, o.traceback, now) for o in dead],
+        for o in dead:
+            row = db.execute("DELETE FROM jobs WHERE id = ? RETURNING okey", (o.id,)).fetchone()
+            key = None if row is None else row[0]
+            left.append(key)
+            db.execute(
+                "INSERT OR REPLACE INTO dead (id, queue, payload, reason, traceback, died, okey) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (o.id, o.queue, o.payload or "", o.reason, o.traceback, now, key),
             )
+        if dead:
             self._cap_dead(now)
+        self._advance(left)
 
     def _cap_dead(self, now: float) -> None:
         self._db.execute("DELETE FROM dead WHERE died < ?", (now - self.dead_max_age,))
@@ -232,9 +282,43 @@ class SQLiteBackend(Backend):
             )
         return [i for i in ids if i not in held]
 
+    async def save_progress(
+        self, job_id: str, worker: str, payload: str, lease: float, now: float
+    ) -> bool:
+        with self._tx():
+            cur = self._db.execute(
+                "UPDATE jobs SET payload = ?, lease = ? WHERE id = ? AND state = 1 AND owner = ?",
+                (payload, now + lease, job_id, worker),
+            )
+            return cur.rowcount == 1
+
     async def forget_worker(self, worker_id: str) -> None:
         with self._tx():
             self._db.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
+
+    async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
+        with self._lock:  # reads too: never inside another thread's transaction
+            # An operator's view, so it may read every key; no claim ever does this.
+            rows = self._db.execute(
+                "SELECT k.okey, k.n, j.id, j.queue, j.state, j.due, j.retrying, j.lease "
+                "FROM (SELECT okey, count(*) AS n, min(rowid) AS head FROM jobs "
+                "WHERE okey IS NOT NULL GROUP BY okey) AS k JOIN jobs AS j ON j.rowid = k.head"
+            ).fetchall()
+        found = [
+            KeyInfo.of_head(
+                key,
+                queue,
+                n,
+                head,
+                running=state == RUNNING,
+                lease=lease or 0.0,
+                due=due,
+                retrying=bool(retrying),
+                now=now,
+            )
+            for key, n, head, queue, state, due, retrying, lease in rows
+        ]
+        return self.rank_keys(found, limit)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -293,7 +377,7 @@ class SQLiteBackend(Backend):
     async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
         with self._lock:  # reads too: never inside another thread's transaction
             rows = self._db.execute(
-                "SELECT id, queue, payload, reason, traceback, died FROM dead "
+                "SELECT id, queue, payload, reason, traceback, died, okey FROM dead "
                 "ORDER BY died DESC LIMIT ?",
                 (limit,),
             ).fetchall()
@@ -303,11 +387,12 @@ class SQLiteBackend(Backend):
         db = self._db
         with self._tx():
             rows = self._select_dead(ids)
-            for job_id, queue, payload in rows:
+            for job_id, queue, payload, key in rows:
                 db.execute("DELETE FROM dead WHERE id = ?", (job_id,))
                 db.execute(
-                    "INSERT OR REPLACE INTO jobs (id, queue, payload, due) VALUES (?, ?, ?, ?)",
-                    (job_id, queue, payload, now),
+                    "INSERT OR REPLACE INTO jobs (id, queue, payload, due, okey, state) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (job_id, queue, payload, now, key, self._entry_state(key)),
                 )
         return len(rows)
 
@@ -317,38 +402,17 @@ class SQLiteBackend(Backend):
             self._db.executemany("DELETE FROM dead WHERE id = ?", [(r[0],) for r in rows])
         return len(rows)
 
-    def _select_dead(self, ids: Sequence[str] | None) -> list[tuple[str, str, str]]:
+    def _select_dead(self, ids: Sequence[str] | None) -> list[tuple[str, str, str, str | None]]:
         if ids is None:
-            return self._db.execute("SELECT id, queue, payload FROM dead").fetchall()
-        rows: list[tuple[str, str, str]] = []
+            return self._db.execute("SELECT id, queue, payload, okey FROM dead").fetchall()
+        rows: list[tuple[str, str, str, str | None]] = []
         for chunk in _chunks(list(ids)):
+            marks = ",".join("?" * len(chunk))
             rows += self._db.execute(
-                f"SELECT id, queue, payload FROM dead WHERE id IN ({','.join('?' * len(chunk))})",
+                f"SELECT id, queue, payload, okey FROM dead WHERE id IN ({marks})",
                 tuple(chunk),
             ).fetchall()
         return rows
 
     async def close(self) -> None:
         self._db.close()
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error): one atomic step."""
-
-    def __init__(self, db: sqlite3.Connection, lock: threading.RLock) -> None:
-        self.db = db
-        self.lock = lock
-
-    def __enter__(self) -> None:
-        self.lock.acquire()
-        try:
-            self.db.execute("BEGIN IMMEDIATE")
-        except BaseException:
-            self.lock.release()
-            raise
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        try:
-            self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
-        finally:
-            self.lock.release()

@@ -233,7 +233,7 @@ class Worker:
             await asyncio.sleep(0)
 
     def _start(self, job: Claimed) -> None:
-        task = asyncio.create_task(run_job(self.queue, job, self.hooks))
+        task = asyncio.create_task(run_job(self.queue, job, self.hooks, self.id, self.lease))
         self._running[job.id] = task
         task.add_done_callback(functools.partial(self._finished, job.id))
 

@@ -254,6 +254,19 @@ def test_cli_info_dead_retry_delete(app: App) -> None:
     assert "deleted 1" in app.cli("dead", "delete", "app_jobs:queue", "--all").stdout
 
 
+def test_cli_info_shows_busiest_and_stalled_keys(app: App) -> None:
+    for n in range(3):
+        enqueue(app, "slow", f'"a{n}"', "0", "--key", "post-1")
+    enqueue(app, "slow", '"b"', "0", "--key", "post-2")
+    info = app.cli("info", "app_jobs:queue")
+    assert info.returncode == 0, info.stderr
+    assert "busiest keys:" in info.stdout
+    lines = info.stdout.split("busiest keys:")[1].strip().splitlines()
+    assert lines[0].split()[:2] == ["slow:post-1", "jobs=3"]
+    assert lines[1].split()[:2] == ["slow:post-2", "jobs=1"]
+    assert "stalled keys:" not in info.stdout
+
+
 def test_cli_errors_name_the_problem(tmp_path: Path) -> None:
     app = App(str(tmp_path / "jobs.db"), tmp_path / "log.txt", "x:")
     bad_app = app.cli("info", "no_such_module:queue")

@@ -1,0 +1,176 @@
+"""Sharded jobs: a keyspace cut into N shards, each a leased job that saves its cursor per batch.
+
+::
+
+    @queue.sharded(shards=8)
+    async def mark_processed(shard: int, shards: int, cursor: int | None) -> int | None:
+        rows = await orders_after(shard, shards, cursor or 0)   # e.g. id % shards = shard
+        if not rows:
+            return None                                          # this shard is finished
+        await mark(rows)
+        return rows[-1]["id"]                                    # the cursor to resume from
+
+    await mark_processed.start("2024-06")    # one job per shard; workers anywhere run them
+
+Each shard is an ordinary job with a fixed id (``name:run:shard``), so it is
+claimed by one worker at a time under a lease that the worker's heartbeat renews
+while it lives: no fixed timeout to guess (too short: two owners; too long: a
+dead shard waits). The handler is called once per batch; after each batch the
+new cursor is written into the job's payload with :meth:`Backend.save_progress`,
+which also checks that this worker still holds the lease. So a worker that dies
+loses at most the batch in hand: the lease expires, another worker claims the
+shard and resumes from the saved cursor. A worker that finds its lease gone
+stops without a word (:class:`LeaseLost`); the new owner's outcome counts.
+
+A run is done when every shard's job is done (results are kept ``keep_result``
+seconds, a week by default). Starting a run whose shards are still in the store
+does nothing; starting it again once done runs it again from the start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import batchy
+
+from ._errors import JobDefinitionError, LeaseLost
+from ._model import Envelope, JobStatus, Message, encode
+from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
+
+if TYPE_CHECKING:
+    from ._job import JobType
+    from ._queue import Queue
+    from ._runner import Running
+
+__all__ = ["ShardedJob"]
+
+#: Results of finished shards are kept a week, so a run's status stays known.
+SHARD_KEEP = 7 * 24 * 3600.0
+
+
+class ShardedJob:
+    """A job type over ``shards`` shards, declared with :meth:`Queue.sharded`.
+
+    The handler (a generator or ``async def``, so a batchy handler: its loads
+    batch) takes ``(shard, shards, cursor)``, processes one batch after
+    ``cursor`` (``None`` at the start) and returns the next cursor (any JSON
+    value), or ``None`` once its shard is finished.
+    """
+
+    def __init__(
+        self,
+        owner: Queue,
+        fn: Callable[[int, int, Any], Any],
+        *,
+        shards: int,
+        name: str | None = None,
+        queue: str | None = None,
+        retries: int = DEFAULT_RETRIES,
+        backoff: Backoff = sidekiq_backoff,
+        keep_result: float = SHARD_KEEP,
+    ) -> None:
+        from ._job import JobType
+
+        label = name or f"{fn.__module__}.{getattr(fn, '__qualname__', repr(fn))}"
+        if type(shards) is not int or shards < 1:
+            raise JobDefinitionError(
+                f"sharded job {label!r}: shards={shards!r} must be an int >= 1 (how many "
+                "parts the keyspace is cut into, e.g. shards=16 for id % 16)"
+            )
+        self.queue = owner
+        self.shards = shards
+        self.name = label
+        self.handler: batchy.TaskFunction[[int, int, Any], Any] = batchy.task(fn)
+        self.job: JobType[..., Any] = JobType(
+            owner,
+            self._run_shard,
+            name=label,
+            queue=queue,
+            retries=retries,
+            backoff=backoff,
+            keep_result=keep_result,
+        )
+        self.job.takes_running = True
+
+    def __repr__(self) -> str:
+        return f"<batchy.jobs.ShardedJob {self.name} shards={self.shards}>"
+
+    def shard_id(self, run: str, shard: int) -> str:
+        """The job id of one shard of one run."""
+        return f"{self.name}:{run}:{shard}"
+
+    def __call__(self, shard: int, shards: int, cursor: Any) -> batchy.Task[Any]:
+        """Run one batch here and now (as a batchy task), without the queue."""
+        return self.handler(shard, shards, cursor)
+
+    async def start(self, run: str = "default", *, cursor: Any = None) -> int:
+        """Enqueue every shard of ``run``; how many were enqueued (0: it is still going)."""
+        now = time.time()
+        envelopes = []
+        for shard in range(self.shards):
+            message = Message(
+                self.shard_id(run, shard), self.job.queue_name, self.name, [run, shard, cursor], {}
+            )
+            payload = encode(message, self.queue.serializer)
+            envelopes.append(Envelope(message.id, message.queue, payload))
+        return sum(await self.queue.backend.push(envelopes, now))
+
+    async def status(self, run: str = "default") -> list[JobStatus]:
+        """Each shard's status (``done`` once finished, until its result expires)."""
+        now = time.time()
+        backend = self.queue.backend
+        return [await backend.status(self.shard_id(run, s), now) for s in range(self.shards)]
+
+    async def done(self, run: str = "default") -> bool:
+        """True once every shard of ``run`` has finished."""
+        return all(s.state == "done" for s in await self.status(run))
+
+    async def wait(self, run: str = "default", *, timeout: float = 3600.0) -> None:
+        """Wait until ``run`` is done; :class:`TimeoutError` naming the unfinished shards."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = await self.status(run)
+            if all(s.state == "done" for s in states):
+                return
+            if time.monotonic() > deadline:
+                left = {i: s.state for i, s in enumerate(states) if s.state != "done"}
+                raise TimeoutError(
+                    f"sharded job {self.name!r} run {run!r} not done after {timeout}s; "
+                    f"unfinished shards: {left} (are workers running? `batchy info`)"
+                )
+            await asyncio.sleep(0.1)
+
+    async def _run_shard(self, running: Running, run: str, shard: int, cursor: Any) -> Any:
+        message = running.message
+        batches = 0
+        while True:
+            after = await self.handler(shard, self.shards, cursor)
+            if after is None:
+                return {"run": run, "shard": shard, "batches": batches}
+            if after == cursor:
+                raise JobDefinitionError(
+                    f"sharded job {self.name!r} run {run!r} shard {shard}: the handler "
+                    f"returned the cursor it was given ({cursor!r}), so it would loop "
+                    "forever; return the last key it processed, or None when the shard is done"
+                )
+            cursor = after
+            message.args[2] = cursor  # a retry resumes from here too
+            payload = encode(message, self.queue.serializer)
+            # In a task of its own: batchy steps handlers outside any asyncio task,
+            # and store clients (redis-py's timeouts) need one.
+            saved = await asyncio.ensure_future(
+                self.queue.backend.save_progress(
+                    message.id, running.worker, payload, running.lease, time.time()
+                )
+            )
+            if not saved:
+                raise LeaseLost(
+                    f"sharded job {self.name!r} run {run!r} shard {shard}: worker "
+                    f"{running.worker} lost its lease before saving cursor {cursor!r}; the "
+                    "shard's new owner resumes from the last saved cursor (if workers stall "
+                    "longer than the lease, raise lease=)"
+                )
+            batches += 1

@@ -1,0 +1,367 @@
+"""Kill -9 workers under load and count what went wrong: lost, duplicated and out-of-order jobs.
+
+::
+
+    python scripts/crash_test.py            # the full run: Redis, then SQLite (make crash-test)
+    python scripts/crash_test.py --quick    # the short run CI does (tests/jobs/test_crash.py)
+
+Per store: ``--jobs`` ordered jobs over ``--keys`` keys (each carries its key's
+sequence number; a few are delayed, some fail at random and are retried after
+a short backoff) and a sharded run over ``--rows`` rows, all at once, on
+``--workers`` worker processes. About every ``--kill-every`` seconds one random
+worker is killed with SIGKILL and a new one started. Each handler appends what
+it does to its process's own log (one unbuffered ``write`` per line, so a kill
+never leaves half a line); the numbers come from those logs:
+
+- lost: jobs that never finished; rows missed: rows no batch covered;
+- run more than once: handler runs beyond one per attempt, against the jobs in
+  flight on killed workers (started there and not finished, or finished there
+  less than ``ack_window`` seconds before the kill, so possibly not yet acked);
+- order violations: a job of a key that started before the previous job of its
+  key had finished;
+- longest key stall: the longest time from one job of a key finishing to the
+  next one finishing.
+
+It exits 1 unless 0 jobs are lost, 0 order violations, 0 rows missed and
+duplicates do not exceed the jobs in flight on killed workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from batchy.jobs import Backend, Queue, SQLiteBackend  # noqa: E402
+
+REDIS_URL = os.environ.get("BATCHY_CRASH_REDIS", "redis://127.0.0.1:6379/13")
+
+
+@dataclass
+class Settings:
+    jobs: int = 10_000
+    keys: int = 200
+    rows: int = 50_000
+    shards: int = 8
+    batch: int = 100
+    workers: int = 4
+    concurrency: int = 64
+    job_ms: tuple[float, float] = (30.0, 150.0)
+    batch_ms: float = 150.0
+    fail_rate: float = 0.05
+    delayed_rate: float = 0.02
+    lease: float = 2.0
+    kill_every: float = 1.0
+    ack_window: float = 0.1
+    time_limit: float = 240.0
+
+
+QUICK = Settings(
+    jobs=2_000, keys=40, rows=10_000, shards=4, batch=50, workers=3, concurrency=20,
+    job_ms=(5.0, 25.0), batch_ms=40.0, lease=1.0, kill_every=0.6, time_limit=40.0,
+)  # fmt: skip
+
+
+def open_backend(store: str, prefix: str) -> Backend:
+    if store.startswith("redis://"):
+        from batchy_contrib.redis_jobs import RedisBackend
+
+        return RedisBackend(store, prefix=prefix)
+    return SQLiteBackend(store)
+
+
+def build(store: str, prefix: str, settings: Settings, log_fd: int = -1) -> tuple[Queue, Any, Any]:
+    """The queue and the two job types, in the controller and in every worker alike."""
+    queue = Queue(open_backend(store, prefix))
+    pid = os.getpid()
+
+    def note(line: str) -> None:
+        os.write(log_fd, f"{line} {pid} {time.time():.6f}\n".encode())
+
+    @queue.job(
+        name="crash.step",
+        ordered_by="key",
+        retries=25,
+        backoff=lambda n, error: 0.05 + 0.05 * random.random(),
+    )
+    async def step(key: int, seq: int) -> None:
+        note(f"S {key} {seq}")
+        await asyncio.sleep(random.uniform(*settings.job_ms) / 1000)
+        if random.random() < settings.fail_rate:
+            note(f"F {key} {seq}")
+            raise RuntimeError(f"random failure of job {key}/{seq}")
+        note(f"D {key} {seq}")
+
+    @queue.sharded(shards=settings.shards, name="crash.rows", retries=25)
+    async def rows(shard: int, shards: int, cursor: int | None) -> int | None:
+        start = shard if cursor is None else cursor + shards
+        batch = list(range(start, settings.rows, shards))[: settings.batch]
+        if not batch:
+            return None
+        note(f"R {batch[0]} {batch[-1]}")  # the rows are processed...
+        await asyncio.sleep(settings.batch_ms / 1000)  # ...and the batch takes its time
+        return batch[-1]
+
+    return queue, step, rows
+
+
+# -- worker processes ----------------------------------------------------------------
+
+
+def worker_main(store: str, prefix: str, log_dir: str, settings: Settings) -> None:
+    fd = os.open(f"{log_dir}/log-{os.getpid()}.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    queue, _, _ = build(store, prefix, settings, fd)
+    worker = queue.worker(
+        concurrency=settings.concurrency,
+        lease=settings.lease,
+        heartbeat=settings.lease / 4,
+        poll_interval=0.05,
+        shutdown_timeout=1.0,
+    )
+    asyncio.run(worker.run(signals=True))
+
+
+# -- the controller ------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    store: str
+    seconds: float = 0.0
+    kills: int = 0
+    lost: int = 0
+    extra_runs: int = 0
+    in_flight: int = 0
+    just_done: int = 0
+    violations: int = 0
+    stall: float = 0.0
+    stall_key: str = ""
+    recovery: float = 0.0
+    failures: int = 0
+    dead: int = 0
+    rows_twice: int = 0
+    rows_missed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.lost == 0
+            and self.violations == 0
+            and self.rows_missed == 0
+            and self.extra_runs <= self.in_flight + self.just_done
+        )
+
+    def lines(self) -> list[str]:
+        return [
+            f"store: {self.store}  ({self.seconds:.1f} s, "
+            f"{self.kills} workers killed with SIGKILL)",
+            f"  ordered jobs lost:               {self.lost}",
+            f"  jobs run more than once:         {self.extra_runs} "
+            f"(in flight on killed workers: {self.in_flight} running + {self.just_done} "
+            f"finished just before the kill)",
+            f"  per-key order violations:        {self.violations}",
+            f"  longest key stall:               {self.stall:.2f} s ({self.stall_key})",
+            f"  longest recovery after a kill:   {self.recovery:.2f} s (kill to the job "
+            "running again elsewhere)",
+            f"  random failures retried:         {self.failures} (dead: {self.dead})",
+            f"  sharded rows processed twice:    {self.rows_twice}",
+            f"  sharded rows missed:             {self.rows_missed}",
+            *[f"  note: {n}" for n in self.notes],
+            f"  {'OK' if self.ok else 'FAILED'}",
+        ]
+
+
+async def enqueue_all(step: Any, settings: Settings) -> None:
+    per_key = settings.jobs // settings.keys
+    calls = []
+    for seq in range(per_key):
+        for key in range(settings.keys):
+            call = step.call(key, seq)
+            if random.random() < settings.delayed_rate:
+                call = step.options(delay=random.uniform(0.1, 0.5)).call(key, seq)
+            calls.append(call)
+    queue = step.queue
+    for i in range(0, len(calls), 1000):
+        await queue.enqueue_many(calls[i : i + 1000])
+
+
+async def finished(queue: Queue, rows: Any) -> bool:
+    info = await queue.info()
+    busy = sum(q.size + q.running + q.scheduled + q.retrying for q in info.queues)
+    busiest, _ = await queue.backend.keys(time.time(), 1)
+    return busy == 0 and not busiest and await rows.done("crash")
+
+
+def spawn(store: str, prefix: str, log_dir: str, settings: Settings) -> subprocess.Popen[bytes]:
+    args = [sys.executable, __file__, "--worker", store, prefix, log_dir]
+    args += ["--quick"] if settings == QUICK else []
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def run_store(store: str, label: str, settings: Settings, log_dir: str) -> Report:
+    prefix = f"crash:{uuid.uuid4().hex[:8]}:"
+    queue, step, rows = build(store, prefix, settings)
+    report = Report(label)
+    kills: list[tuple[int, float]] = []
+    await enqueue_all(step, settings)
+    await rows.start("crash")
+    started = time.monotonic()
+    procs = [spawn(store, prefix, log_dir, settings) for _ in range(settings.workers)]
+    try:
+        next_kill = time.monotonic() + settings.kill_every
+        while time.monotonic() - started < settings.time_limit:
+            await asyncio.sleep(0.1)
+            if time.monotonic() >= next_kill:
+                victim = random.choice(procs)
+                victim.send_signal(signal.SIGKILL)
+                victim.wait()
+                kills.append((victim.pid, time.time()))
+                procs[procs.index(victim)] = spawn(store, prefix, log_dir, settings)
+                next_kill = time.monotonic() + settings.kill_every * random.uniform(0.7, 1.3)
+            if await finished(queue, rows):
+                break
+        else:
+            report.notes.append(f"time limit of {settings.time_limit}s reached")
+        report.seconds = time.monotonic() - started
+        report.dead = len(await queue.dead_jobs(10_000))
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        await cleanup(queue, prefix)
+    report.kills = len(kills)
+    analyse(report, Path(log_dir), settings, kills)
+    return report
+
+
+async def cleanup(queue: Queue, prefix: str) -> None:
+    backend = queue.backend
+    redis = getattr(backend, "redis", None)
+    if redis is not None:
+        keys = [k async for k in redis.scan_iter(match=prefix + "*")]
+        if keys:
+            await redis.delete(*keys)
+    await queue.close()
+
+
+def read_logs(log_dir: Path) -> list[tuple[str, int, int, int, float]]:
+    events = []
+    for path in log_dir.glob("log-*.txt"):
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) != 5:
+                continue  # a line cut by the kill cannot happen, but never trust it
+            kind, a, b, pid, ts = parts
+            events.append((kind, int(a), int(b), int(pid), float(ts)))
+    events.sort(key=lambda e: e[4])
+    return events
+
+
+def analyse(
+    report: Report, log_dir: Path, settings: Settings, kills: list[tuple[int, float]]
+) -> None:
+    events = read_logs(log_dir)
+    killed_at = dict(kills)
+    per_job: dict[tuple[int, int], list[tuple[str, int, float]]] = defaultdict(list)
+    row_counts: Counter[int] = Counter()
+    for kind, a, b, pid, ts in events:
+        if kind == "R":
+            row_counts.update(range(a, b + 1, settings.shards))
+        else:
+            per_job[(a, b)].append((kind, pid, ts))
+    per_key = settings.jobs // settings.keys
+    first_done: dict[tuple[int, int], float] = {}
+    for job, evs in per_job.items():
+        starts = sum(1 for k, _, _ in evs if k == "S")
+        fails = sum(1 for k, _, _ in evs if k == "F")
+        report.failures += fails
+        done = [ts for k, _, ts in evs if k == "D"]
+        if done:
+            first_done[job] = done[0]
+        report.extra_runs += max(0, starts - fails - 1)
+        by_pid: dict[int, list[tuple[str, float]]] = defaultdict(list)
+        for k, pid, ts in evs:
+            by_pid[pid].append((k, ts))
+        for pid, pevs in by_pid.items():
+            if pid not in killed_at:
+                continue
+            last_kind, last_ts = pevs[-1]
+            if last_kind == "S":
+                report.in_flight += 1
+                again = [ts for k, p, ts in evs if k == "S" and p != pid and ts > last_ts]
+                if again:
+                    report.recovery = max(report.recovery, again[0] - killed_at[pid])
+            elif last_ts >= killed_at[pid] - settings.ack_window:
+                report.just_done += 1
+    report.lost = sum(
+        1 for key in range(settings.keys) for seq in range(per_key) if (key, seq) not in first_done
+    )
+    for (key, seq), evs in per_job.items():
+        if seq == 0:
+            continue
+        before = first_done.get((key, seq - 1))
+        for kind, _, ts in evs:
+            if kind == "S" and (before is None or ts < before):
+                report.violations += 1
+        if before is not None and (key, seq) in first_done:
+            gap = first_done[(key, seq)] - before
+            if gap > report.stall:
+                report.stall, report.stall_key = gap, f"key {key}, job {seq}"
+    expected = set(range(settings.rows))
+    report.rows_missed = len(expected - set(row_counts))
+    report.rows_twice = sum(1 for n in row_counts.values() if n > 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the short run (CI)")
+    parser.add_argument("--store", choices=["redis", "sqlite", "both"], default="both")
+    parser.add_argument("--worker", nargs=3, metavar=("STORE", "PREFIX", "LOGDIR"))
+    args = parser.parse_args()
+    settings = QUICK if args.quick else Settings()
+    if args.worker:
+        worker_main(*args.worker, settings)
+        return
+    print(
+        f"crash test: {settings.jobs} ordered jobs over {settings.keys} keys, "
+        f"{settings.rows} rows in {settings.shards} shards, {settings.workers} workers x "
+        f"{settings.concurrency}, lease {settings.lease}s, a SIGKILL every "
+        f"~{settings.kill_every}s, {settings.fail_rate:.0%} of runs fail and are retried",
+        flush=True,
+    )
+    stores = []
+    if args.store in ("redis", "both"):
+        stores.append(("redis", REDIS_URL))
+    if args.store in ("sqlite", "both"):
+        stores.append(("sqlite", ""))
+    ok = True
+    for label, store in stores:
+        with tempfile.TemporaryDirectory(prefix="batchy-crash-") as tmp:
+            where = store or f"{tmp}/jobs.db"
+            report = asyncio.run(run_store(where, label, settings, tmp))
+        print("\n".join(report.lines()), flush=True)
+        ok = ok and report.ok
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

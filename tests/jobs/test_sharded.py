@@ -1,0 +1,150 @@
+"""Sharded jobs on every store: each row once, cursors saved per batch, leases fence owners."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+
+import pytest
+
+import batchy
+from batchy.jobs import Backend, ConfigError, JobDefinitionError, Outcome, Queue
+
+from .conftest import fast_worker
+
+pytestmark = pytest.mark.timeout(60)
+
+ROWS = 1000
+BATCH = 40
+
+
+def rows_after(shard: int, shards: int, cursor: int | None) -> list[int]:
+    start = -1 if cursor is None else cursor
+    return [i for i in range(start + 1, ROWS) if i % shards == shard][:BATCH]
+
+
+async def run_until(queue: Queue, done, timeout: float = 20.0, workers: int = 1) -> None:
+    running = [fast_worker(queue) for _ in range(workers)]
+    tasks = [asyncio.create_task(w.run()) for w in running]
+    deadline = time.monotonic() + timeout
+    while not await done() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    for w in running:
+        w.stop()
+    await asyncio.gather(*tasks)
+    assert await done(), "the run did not finish in time"
+
+
+async def test_every_row_once_across_workers_and_runs(queue: Queue) -> None:
+    seen: Counter[int] = Counter()
+
+    @batchy.batched
+    async def mark(ids: list[int]) -> list[None]:
+        seen.update(ids)
+        return [None for _ in ids]
+
+    @queue.sharded(shards=5, name="mark")
+    async def mark_all(shard: int, shards: int, cursor: int | None) -> int | None:
+        batch = rows_after(shard, shards, cursor)
+        if not batch:
+            return None
+        await batchy.gather(*(mark(i) for i in batch))  # one batched call per batch
+        return batch[-1]
+
+    assert await mark_all.start("r1") == 5
+    assert await mark_all.start("r1") == 0  # still queued: not started twice
+    assert not await mark_all.done("r1")
+    await run_until(queue, lambda: mark_all.done("r1"), workers=3)
+    assert seen == Counter(range(ROWS))
+    assert {s.state for s in await mark_all.status("r1")} == {"done"}
+    # A finished run can be run again.
+    assert await mark_all.start("r1") == 5
+    await run_until(queue, lambda: mark_all.done("r1"))
+    assert seen == Counter(dict.fromkeys(range(ROWS), 2))
+
+
+async def test_a_dead_owner_loses_at_most_its_batch_and_the_next_resumes(queue: Queue) -> None:
+    seen: Counter[int] = Counter()
+
+    @queue.sharded(shards=1, name="resume")
+    async def walk(shard: int, shards: int, cursor: int | None) -> int | None:
+        batch = rows_after(shard, shards, cursor)
+        seen.update(batch)
+        return batch[-1] if batch else None
+
+    await walk.start()
+    backend = queue.backend
+    now = time.time()
+    # A worker claims the shard, saves the cursor after row 399, and dies.
+    (claimed,) = await backend.cycle([], ["default"], 1, "ghost", 0.3, now)
+    body = json.loads(claimed.payload)
+    body["args"][2] = 399
+    assert await backend.save_progress(claimed.id, "ghost", json.dumps(body), 0.3, now)
+    await asyncio.sleep(0.35)
+    await run_until(queue, walk.done)
+    assert seen == Counter(range(400, ROWS))
+
+
+async def test_a_worker_that_lost_its_lease_stops(
+    queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: Counter[int] = Counter()
+    stolen = []
+
+    @queue.sharded(shards=1, name="fenced")
+    async def walk(shard: int, shards: int, cursor: int | None) -> int | None:
+        batch = rows_after(shard, shards, cursor)
+        seen.update(batch)
+        if cursor == 199 and not stolen:
+            # Its lease moves to another worker mid-batch (as after a long stall).
+            job_id = walk.shard_id("default", 0)
+            backend = queue.backend
+            release = [Outcome(job_id, "release")]
+            await asyncio.ensure_future(backend.cycle(release, [], 0, "x", 5, time.time()))
+            thief = backend.cycle([], ["default"], 1, "thief", 0.2, time.time())
+            stolen.extend(await asyncio.ensure_future(thief))
+        return batch[-1] if batch else None
+
+    await walk.start()
+    worker = fast_worker(queue, burst=True)
+    await worker.run()
+    assert [c.id for c in stolen] == [walk.shard_id("default", 0)]
+    assert not await walk.done()  # the first worker stopped without an outcome
+    assert "shard 0: worker" in caplog.text
+    assert "lost its lease before saving cursor 239" in caplog.text
+    await asyncio.sleep(0.25)  # the thief dies too; its lease expires
+    await run_until(queue, walk.done)
+    # Rows 200..239 (the batch in hand when the lease went) ran twice; none missed.
+    assert set(seen) == set(range(ROWS))
+    assert {i for i, n in seen.items() if n > 1} == set(range(200, 240))
+
+
+async def test_sharded_errors(queue: Queue) -> None:
+    async def handler(shard: int, shards: int, cursor: object) -> None:
+        return None
+
+    with pytest.raises(JobDefinitionError, match=r"sharded job 'x': shards=0 must be an int >= 1"):
+        queue.sharded(shards=0, name="x")(handler)
+    # A store without save_progress says so, and what to do.
+    with pytest.raises(ConfigError, match=r"cannot save a running job's progress.*save_progress"):
+        await Backend.save_progress(queue.backend, "id", "w", "{}", 1.0, 0.0)
+    job = queue.sharded(shards=2, name="slow")(handler)
+    with pytest.raises(
+        TimeoutError, match=r"'slow' run 'r' not done.*\{0: 'queued', 1: 'queued'\}"
+    ):
+        await job.start("r")
+        await job.wait("r", timeout=0.05)
+
+
+async def test_a_handler_that_does_not_advance_goes_dead_with_a_reason(queue: Queue) -> None:
+    @queue.sharded(shards=1, name="stuck", retries=0)
+    async def stuck(shard: int, shards: int, cursor: int | None) -> int:
+        return 5
+
+    await stuck.start()
+    await fast_worker(queue, burst=True).run()
+    (dead,) = await queue.dead_jobs()
+    assert "returned the cursor it was given (5)" in dead.reason
+    assert "shard 0" in dead.reason
