@@ -14,7 +14,8 @@ from ._hooks import BatchEvent, Hook, RoundEvent, add_hook, hooked, remove_hook
 from ._loader import Loader, batched
 from ._run import run
 from ._scope import Scope, current_scope, scope
-from ._task import Task, TaskFunction, task
+from ._task import Task
+from ._taskfn import TaskFunction, task
 from .dataloader import DataLoader  # built on the names above: import it last
 
 __all__ = [

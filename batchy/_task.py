@@ -11,11 +11,10 @@ future's callback: a blocked task costs nothing until it can go on.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import types
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, TypeVar
 
 from . import _hooks
 from ._errors import UsageError, YieldError, short_repr
@@ -24,10 +23,9 @@ from ._gather import _Awaitable, _BadLeaf, shape_of
 from ._scheduler import Scheduler
 from ._scope import Scope
 
-__all__ = ["Task", "TaskFunction", "task"]
+__all__ = ["Handler", "Task"]
 
 T = TypeVar("T")
-P = ParamSpec("P")
 
 Handler = Generator[Any, Any, T] | Coroutine[Any, Any, T]
 
@@ -40,6 +38,13 @@ class Task(Future[T]):
     """
 
     __slots__ = ("_cancel", "_coro", "_func", "_is_coro", "_sched", "_scope", "_waiting")
+
+    def __new__(
+        cls, coro: Handler[T], func: Callable[..., Any] | None = None, is_coro: bool | None = None
+    ) -> Task[T]:
+        coroutine = is_coro if is_coro is not None else not inspect.isgenerator(coro)
+        # async def handlers are asyncio's current task while they run
+        return object.__new__(_CoroTask if cls is Task and coroutine else cls)
 
     def __init__(
         self, coro: Handler[T], func: Callable[..., Any] | None = None, is_coro: bool | None = None
@@ -59,6 +64,8 @@ class Task(Future[T]):
         self._scope: Scope | None = None
         self._waiting: Future[Any] | None = None
         self._cancel: asyncio.CancelledError | None = None
+        if isinstance(self, _CoroTask):
+            self._cancel_requests = 0
 
     @property
     def name(self) -> str:
@@ -248,6 +255,54 @@ _EMPTY = (list, tuple, dict)
 
 _new_task = object.__new__
 
+# asyncio's own bookkeeping of the running task (private, present since Python 3.7).
+_enter_task: Callable[[Any, Any], None] = asyncio.tasks._enter_task
+_leave_task: Callable[[Any, Any], None] = asyncio.tasks._leave_task
+
+
+class _CoroTask(Task[T]):
+    """A task running an ``async def`` handler: asyncio sees it as the current task.
+
+    Code awaited inside the handler may ask asyncio for its task
+    (``asyncio.timeout``, ``TaskGroup``, the redis and aiohttp clients). batchy
+    steps the coroutine itself, so while it does, it registers this task as the
+    loop's current task, and offers the task methods asyncio uses on it:
+    ``cancel`` (counted), ``cancelling``, ``uncancel``, ``get_loop``.
+    """
+
+    __slots__ = ("_cancel_requests",)
+
+    def _step(self) -> None:
+        loop = self._sched.loop  # type: ignore[union-attr]
+        try:
+            _enter_task(loop, self)
+        except (RuntimeError, TypeError):  # another task is current: run as is
+            Task._step(self)
+            return
+        try:
+            Task._step(self)
+        finally:
+            _leave_task(loop, self)
+
+    def cancel(self, msg: str | None = None) -> bool:
+        if self._state == PENDING:
+            self._cancel_requests += 1
+        return Task.cancel(self, msg)
+
+    def cancelling(self) -> int:
+        """How many cancellations were requested and not taken back (as asyncio.Task)."""
+        return self._cancel_requests
+
+    def uncancel(self) -> int:
+        """Take back one cancellation request (as asyncio.Task)."""
+        if self._cancel_requests > 0:
+            self._cancel_requests -= 1
+        return self._cancel_requests
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the task runs on."""
+        return self._sched.loop  # type: ignore[union-attr]
+
 
 def _code_owner(coro: Any) -> Any:
     code = getattr(coro, "gi_code", None) or getattr(coro, "cr_code", None)
@@ -257,142 +312,3 @@ def _code_owner(coro: Any) -> Any:
             f"({type(coro).__name__}); call the handler function first"
         )
     return types.SimpleNamespace(__qualname__=code.co_qualname, __code__=code)
-
-
-# The body of TaskFunction.__call__ (Task.__init__ inlined: pages make tens of
-# thousands of tasks), generated per handler with the handler's parameters.
-_CALL_TEMPLATE = """
-def __call__(_batchy_self, {params}):
-    _batchy_t = _batchy_new(_batchy_Task)
-    _batchy_t._state = _batchy_PENDING
-    _batchy_t._value = None
-    _batchy_t._waiters = None
-    _batchy_t._coro = _batchy_fn({args})
-    _batchy_t._func = _batchy_fn
-    _batchy_t._is_coro = _batchy_is_coro
-    _batchy_t._sched = None
-    _batchy_t._scope = None
-    _batchy_t._waiting = None
-    _batchy_t._cancel = None
-    return _batchy_t
-"""
-
-
-def _fast_call(fn: Callable[..., Any]) -> Callable[..., Any] | None:
-    """A ``__call__`` with ``fn``'s own parameters, or None if they cannot be copied."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-    params: list[str] = []
-    args: list[str] = []
-    defaults: dict[str, Any] = {}
-    kinds = inspect.Parameter
-    for name, p in sig.parameters.items():
-        if name.startswith("_batchy_"):
-            return None
-        text = name
-        if p.default is not kinds.empty:
-            defaults[name] = p.default
-            text += f"=_batchy_defaults[{name!r}]"
-        if p.kind is kinds.VAR_POSITIONAL:
-            params.append(f"*{name}")
-            args.append(f"*{name}")
-        elif p.kind is kinds.VAR_KEYWORD:
-            params.append(f"**{name}")
-            args.append(f"**{name}")
-        elif p.kind is kinds.KEYWORD_ONLY:
-            if not any(x.startswith("*") for x in params):
-                params.append("*")
-            params.append(text)
-            args.append(f"{name}={name}")
-        else:
-            params.append(text)
-            args.append(name)
-        if p.kind is kinds.POSITIONAL_ONLY and not any(
-            q.kind is kinds.POSITIONAL_ONLY for q in list(sig.parameters.values())[len(params) :]
-        ):
-            params.append("/")
-    namespace: dict[str, Any] = {
-        "_batchy_new": _new_task,
-        "_batchy_Task": Task,
-        "_batchy_PENDING": PENDING,
-        "_batchy_fn": fn,
-        "_batchy_is_coro": inspect.iscoroutinefunction(fn),
-        "_batchy_defaults": defaults,
-    }
-    source = _CALL_TEMPLATE.format(params=", ".join(params), args=", ".join(args))
-    exec(source, namespace)
-    call: Callable[..., Any] = namespace["__call__"]
-    # Argument errors then name the handler: "post_view() missing 1 required ...".
-    call.__name__ = fn.__name__
-    call.__qualname__ = fn.__qualname__
-    return call
-
-
-class TaskFunction(Generic[P, T]):
-    """A handler decorated with :func:`batchy.task`; calling it makes a :class:`Task`."""
-
-    def __init__(self, fn: Callable[P, Handler[T]]) -> None:
-        if not (inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn)):
-            raise UsageError(
-                f"@batchy.task expects a generator function (one that yields) or an "
-                f"async def; {getattr(fn, '__qualname__', fn)!r} is neither. Yield the "
-                "futures it waits on, or make it async def and await them."
-            )
-        self.fn = fn
-        self._is_coro = inspect.iscoroutinefunction(fn)
-        functools.update_wrapper(self, fn)
-
-    def __new__(cls, fn: Callable[P, Handler[T]]) -> TaskFunction[P, T]:
-        # Each decorated handler gets a subclass whose __call__ has the handler's
-        # own signature (see _fast_call): calling it then packs no *args tuple
-        # and **kwargs dict, which is a measurable share of a task's cost.
-        kind = cls
-        if cls is TaskFunction:
-            call = _fast_call(fn)
-            if call is not None:
-                kind = type(cls.__name__, (cls,), {"__call__": call, "__slots__": ()})
-        return super().__new__(kind)
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Task[T]:
-        t: Task[T] = _new_task(Task)
-        t._state = PENDING
-        t._value = None
-        t._waiters = None
-        t._coro = self.fn(*args, **kwargs)
-        t._func = self.fn
-        t._is_coro = self._is_coro
-        t._sched = None
-        t._scope = None
-        t._waiting = None
-        t._cancel = None
-        return t
-
-    def __get__(self, obj: object, objtype: type | None = None) -> Any:
-        # Decorated methods: bind like a function would.
-        if obj is None:
-            return self
-        return types.MethodType(self, obj)
-
-    def __repr__(self) -> str:
-        return f"<batchy.task {self.fn.__qualname__}>"
-
-
-@overload
-def task(fn: Callable[P, Generator[Any, Any, T]]) -> TaskFunction[P, T]: ...
-@overload
-def task(fn: Callable[P, Coroutine[Any, Any, T]]) -> TaskFunction[P, T]: ...
-def task(fn: Callable[P, Any]) -> TaskFunction[P, Any]:
-    """Make a handler: a generator function that yields futures, or an ``async def``.
-
-    Calling the result gives a :class:`Task`, which starts when it is first
-    yielded, awaited or run::
-
-        @batchy.task
-        def comment_view(cid):
-            comment = yield comments_by_id(cid)
-            author = yield users_by_id(comment["user_id"])
-            return {**comment, "author": author}
-    """
-    return TaskFunction(fn)

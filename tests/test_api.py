@@ -19,6 +19,7 @@ ENGINE_LAYERS = [
     "_future",
     "_gather",
     "_task",
+    "_taskfn",
     "_batch",
     "_loader",
     "_run",

@@ -453,3 +453,46 @@ def test_calling_a_task_function_keeps_the_handler_signature() -> None:
         TypeError, match=r"every_kind\(\) missing 1 required positional argument: .a."
     ):
         every_kind(a=1, c=3)  # type: ignore[call-arg]
+
+
+def test_async_handlers_are_asyncio_current_task_so_timeouts_and_taskgroups_work() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+
+    @batchy.task
+    async def handler() -> Any:
+        me = asyncio.current_task()
+        try:
+            async with asyncio.timeout(0.01):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            timed_out = True
+        async with asyncio.TaskGroup() as group:
+            a = group.create_task(asyncio.sleep(0, "a"))
+            b = group.create_task(asyncio.sleep(0, "b"))
+        value = await double(21)  # still batched after all that
+        return me, timed_out, a.result() + b.result(), value, me.cancelling()
+
+    task = handler()
+    me, timed_out, ab, value, cancelling = batchy.run(task)
+    assert me is task
+    assert (timed_out, ab, value, cancelling) == (True, "ab", 42, 0)
+    assert calls == [[21]]
+
+
+def test_a_timeout_around_a_loader_wait_cancels_only_the_handler() -> None:
+    @batchy.batched
+    async def slow(keys: list[int]) -> list[int]:
+        await asyncio.sleep(0.2)
+        return keys
+
+    @batchy.task
+    async def handler() -> str:
+        try:
+            async with asyncio.timeout(0.01):
+                await slow(1)
+        except TimeoutError:
+            return "timed out"
+        return "loaded"
+
+    assert batchy.run(batchy.gather(handler(), slow(2))) == ["timed out", 2]
