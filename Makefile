@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench docs lint typecheck pytest examples services clean
+.PHONY: demo test bench docs lint typecheck pytest examples services clean crash-test test-graphql32
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "batchy needs Python 3.11+; set PYTHON=python3.11")'
@@ -37,6 +37,7 @@ docs: $(STAMP)
 examples: $(STAMP)
 	$(BIN)/python examples/blog.py --quiet
 	$(BIN)/python examples/jobs_demo.py --jobs 500 --quiet
+	$(BIN)/python examples/sharded_orders.py --rows 20000 --quiet  # needs MariaDB
 
 test: lint typecheck pytest docs examples test-graphql32
 
@@ -53,10 +54,5 @@ clean:
 	rm -rf $(VENV) docs/_build .mypy_cache .ruff_cache .pytest_cache
 
 # Kill -9 workers under load (Redis, then SQLite) and count lost, duplicated and out-of-order jobs.
-.PHONY: crash-test
 crash-test: $(STAMP) services
 	$(BIN)/python scripts/crash_test.py
-examples: examples-sharded
-.PHONY: examples-sharded
-examples-sharded: $(STAMP)
-	$(BIN)/python examples/sharded_orders.py --rows 20000 --quiet
