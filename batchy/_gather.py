@@ -140,8 +140,9 @@ class Gather(Future[Any]):
         return cancelled
 
     def _on_done(self, fut: Future[Any]) -> None:
-        self._remaining -= 1
-        if self._remaining == 0:
+        remaining = self._remaining - 1
+        self._remaining = remaining
+        if not remaining:
             self._finish()
 
     def _finish(self) -> None:

@@ -183,7 +183,7 @@ class Task(Future[T]):
                 if type(y) in _EMPTY and not y and not self._is_coro:
                     # An empty parallel yield (a leaf's children): nothing to wait
                     # for, so skip making, starting and resolving a Gather.
-                    send = type(y)()
+                    send = y  # the empty container itself: nothing to copy
                     continue
                 y = self._to_future(y, sched)
                 if y is None:
