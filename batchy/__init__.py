@@ -16,6 +16,7 @@ from ._run import run
 from ._scope import Scope, current_scope, scope
 from ._task import Task
 from ._taskfn import TaskFunction, task
+from ._watch import Watch
 from .dataloader import DataLoader  # built on the names above: import it last
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "Task",
     "TaskFunction",
     "UsageError",
+    "Watch",
     "YieldError",
     "add_hook",
     "batched",

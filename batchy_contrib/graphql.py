@@ -18,20 +18,21 @@ the entry points here:
 
 What the class does, and why:
 
-1. **Generators become handlers.** graphql-core would read a returned generator
-   as a list; ``complete_value`` turns it into a batchy task instead (generator
-   *expressions* stay lists).
+1. **Queries and mutations run on the planned executor** (``graphql_executor.py``):
+   one batchy handler completes the whole response from plans made once per
+   selection; a position whose value is pending (a loader future, a task, a
+   generator or ``async def`` resolver) is completed when its value arrives. No
+   coroutine and no asyncio task per field.
 2. **One scope per request.** Each execution gets its own :class:`batchy.Scope`
    (or joins the one that is current when it starts), so loader caches never
    leak between requests.
-3. **Rounds span the whole query.** graphql-core gathers fields as asyncio
-   tasks, each a few loop hops deep; batchy's scheduler flushes a round only
-   when its own handlers are blocked *and* the loop has nothing ready, so every
-   resolver's keys of one level meet in one batch, however many hops it took.
-4. **Queries run on graphql-core's sync code.** Where a resolver returns a
-   future, a placeholder task waits for it and completes the value later
-   (``graphql_deferred.py``): no coroutine and no asyncio task per field.
-   Mutations and ``@defer``/``@stream`` keep graphql-core's async execution.
+3. **Rounds span the whole query.** batchy's scheduler flushes a round only when
+   its own handlers are blocked *and* the loop has nothing ready, so every
+   resolver's keys of one level meet in one batch, however many loop hops each
+   took.
+4. **The rest keeps graphql-core's async execution** (``@defer``/``@stream``,
+   ``batchy_fast_path = False``), where generators still become handlers
+   (``graphql_async.py``); graphql-core would read them as lists.
 5. **Sync when there is no loop.** When nothing runs an event loop (a Flask
    view, graphene's ``schema.execute``, graphql-core's ``graphql_sync``), the
    execution is run to its end with :func:`batchy.run` before it returns.
@@ -40,10 +41,8 @@ What the class does, and why:
 from __future__ import annotations
 
 import asyncio
-import functools
 import importlib
 import inspect
-import types
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -52,7 +51,8 @@ from graphql import DocumentNode, ExecutionResult, GraphQLError, GraphQLSchema, 
 
 import batchy
 
-from .graphql_deferred import DeferredMixin, run_generator, start_in_scope
+from .graphql_async import AsyncMixin, is_handler, run_generator, start_in_scope
+from .graphql_executor import execute_planned, uses_incremental_delivery
 
 __all__ = [
     "BatchyExecutionContext",
@@ -99,8 +99,8 @@ def resolve_handlers(next_: Callable[..., Any], root: Any, info: Any, **args: An
     loader futures and ``async def`` resolvers work as they are.
     """
     result = next_(root, info, **args)
-    if type(result) is types.GeneratorType and result.gi_code.co_name != "<genexpr>":
-        return run_generator(result, info)
+    if is_handler(result):
+        return run_generator(result, f"{info.parent_type.name}.{info.field_name}")
     return result
 
 
@@ -128,7 +128,7 @@ _NOT_AWAITABLE = frozenset({dict, list, str, int, float, bool, type(None), tuple
 # -- the execution context ------------------------------------------------------------
 
 
-class BatchyMixin(DeferredMixin):
+class BatchyMixin(AsyncMixin):
     """Mix into a graphql-core execution context class to run it on batchy.
 
     Prefer :func:`with_batchy` (which checks the base class) or the ready-made
@@ -142,23 +142,23 @@ class BatchyMixin(DeferredMixin):
         super().__init__(*args, **kwargs)
         self.is_awaitable = _is_awaitable
         # graphql-core's complete_value, bound once: ours runs for every value.
-        self._core_complete = super(DeferredMixin, self).complete_value  # type: ignore[misc]
+        self._core_complete = super(AsyncMixin, self).complete_value  # type: ignore[misc]
         # A request that already runs in a scope (entered by the web framework
         # around the whole request) keeps it; otherwise this execution is one.
         self.batchy_scope = batchy.current_scope() or batchy.Scope("graphql")
 
-    #: Run queries on graphql-core's sync code, batchy waiting in between (see
-    #: graphql_deferred.py). Set to False in a subclass to keep graphql-core's
-    #: async execution for everything (it is slower, and the batches are the same).
+    #: Run queries and mutations on the planned executor (graphql_executor.py).
+    #: Set to False in a subclass to keep graphql-core's async execution for
+    #: everything (it is slower, and the batches are the same).
     batchy_fast_path = True
 
     def execute_operation(self, *args: Any, **kwargs: Any) -> Any:
         # Root resolvers run right now, in this call: loads they make belong to
         # the request's scope.
         with self.batchy_scope:
-            if not GRAPHQL_CORE_33 and self.batchy_fast_path and _is_query(args[0]):
-                run = functools.partial(super().execute_operation, *args, **kwargs)  # type: ignore[misc]
-                result = self._deferred_result(self._execute_deferred(run))
+            planned = None if GRAPHQL_CORE_33 else self._planned_32(*args, **kwargs)
+            if planned is not None:
+                result = self._deferred_result(planned)
             else:
                 result = super().execute_operation(*args, **kwargs)  # type: ignore[misc]
         if not _is_awaitable(result):
@@ -171,6 +171,26 @@ class BatchyMixin(DeferredMixin):
             return batchy.run(_run_awaitable(result), scope=self.batchy_scope)
         return self._drive(result)
 
+    def _planned_32(self, operation: Any, root_value: Any) -> batchy.Task[Any] | None:
+        # graphql-core 3.2: queries and mutations on the planned executor.
+        if not self.batchy_fast_path or operation.operation is OperationType.SUBSCRIPTION:
+            return None
+        root_type = self.schema.get_root_type(operation.operation)  # type: ignore[attr-defined]
+        if root_type is None:
+            return None  # graphql-core raises the error
+        try:
+            grouped: Any = gql.execution.collect_fields.collect_fields(  # type: ignore[call-arg,unused-ignore]
+                self.schema,  # type: ignore[attr-defined]
+                self.fragments,  # type: ignore[attr-defined]
+                self.variable_values,  # type: ignore[attr-defined]
+                root_type,
+                operation.selection_set,
+            )
+        except RecursionError:
+            return None  # graphql-core reports the query as nested too deeply
+        serially = operation.operation is OperationType.MUTATION
+        return execute_planned(self, root_type, root_value, grouped, serially)
+
     def execute_collected_root_fields(
         self,
         root_type: Any,
@@ -179,12 +199,21 @@ class BatchyMixin(DeferredMixin):
         serially: bool,
         new_defer_usages: Any,
     ) -> Any:
-        # graphql-core 3.3 only: the root fields of a query without @defer.
-        args = (root_type, root_value, grouped_field_set, serially, new_defer_usages)
-        parent = super().execute_collected_root_fields  # type: ignore[misc]
-        if serially or new_defer_usages or not self.batchy_fast_path:
-            return parent(*args)
-        return self._deferred_result(self._execute_deferred(functools.partial(parent, *args)))
+        # graphql-core 3.3 only: the root fields of a query or mutation.
+        if (
+            not self.batchy_fast_path
+            or new_defer_usages
+            or (self.schema.get_directive("stream") and self._streams())  # type: ignore[attr-defined]
+        ):
+            parent = super().execute_collected_root_fields  # type: ignore[misc]
+            return parent(root_type, root_value, grouped_field_set, serially, new_defer_usages)
+        planned = execute_planned(self, root_type, root_value, grouped_field_set, serially)
+        return self._deferred_result(planned)
+
+    def _streams(self) -> bool:
+        # @stream is only seen when a list completes: look for it in the document.
+        fragments = self.fragments.values()  # type: ignore[attr-defined]
+        return any(uses_incremental_delivery(n) for n in (self.operation, *fragments))  # type: ignore[attr-defined]
 
     def _deferred_result(self, root: batchy.Task[Any]) -> Any:
         try:

@@ -9,6 +9,9 @@ GraphQL issue scaled up; only the resolvers' loading differs:
 - **batchy.DataLoader**: the DataLoader-compatible class, per-request instances.
 - **strawberry DataLoader** / **aiodataloader**: per-request DataLoader instances,
   resolvers return ``loader.load(key)``; plain ``graphql.graphql(...)`` (graphql-core async).
+- **graphql-core sync, no loaders** (a reference, not a peer): the same schema with
+  every resolver answering from memory at once, on graphql-core's own sync
+  executor: the floor of executing this query on graphql-core.
 
 Batch functions answer at once (no I/O), so the time is the cost of execution and
 batching. Rounds for the DataLoaders are the loop iterations in which batch calls ran.
@@ -151,6 +154,12 @@ def make_schema(get: Callable[[Any, str], Callable[[Any], Any]], uneven: bool = 
 
 
 BATCHY = {"users": users_by_id, "feed": feed_posts, "comments": comments_by_post}
+IN_MEMORY = {
+    "users": USERS.get,
+    "feed": lambda n: POSTS[:n],
+    "comments": lambda p: COMMENTS.get(p, []),
+}
+PLAIN_SCHEMA = make_schema(lambda info, name: IN_MEMORY[name])
 SCHEMAS = {
     (kind, uneven): make_schema(
         (lambda info, name: BATCHY[name])
@@ -201,6 +210,9 @@ def contenders(uneven: bool) -> dict[str, Callable[..., Any]]:
         ),
         "strawberry DataLoader": their(strawberry.dataloader.DataLoader),
         "aiodataloader": their(aiodataloader.DataLoader),
+        "graphql-core sync, no loaders": lambda tick=False: check(
+            gql.graphql_sync(PLAIN_SCHEMA, QUERY)
+        ),
     }
 
 
@@ -211,6 +223,8 @@ def count(name: str, fn: Callable[..., Any]) -> tuple[int, int]:
     ours = name.startswith("batchy")
     with record() as rec:
         fn(tick=not ours)
+    if name.startswith("graphql-core"):
+        return 0, 0  # no loaders
     return COUNTER.calls, rec.rounds if ours else len(COUNTER.ticks)
 
 

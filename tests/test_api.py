@@ -17,6 +17,7 @@ ENGINE_LAYERS = [
     "_scheduler",
     "_scope",
     "_future",
+    "_watch",
     "_gather",
     "_task",
     "_taskfn",

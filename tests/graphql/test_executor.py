@@ -1,0 +1,178 @@
+"""The planned executor: positions go on as their values arrive, plans are made once, errors drop below nulls."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import graphql as gql
+import pytest
+
+import batchy
+from batchy.testing import record
+from batchy_contrib import graphql as bgql
+
+SDL = """
+type Query { slow: Item, fast: Item, items(n: Int = 3): [Item!] }
+type Item { id: Int!, child: Item, label(prefix: String = "#"): String! }
+"""
+
+
+def make_schema(events: list[str]) -> gql.GraphQLSchema:
+    @batchy.batched
+    async def slow_items(ids: list[int]) -> list[Any]:
+        events.append(f"slow {ids}")
+        await asyncio.sleep(0.05)
+        events.append("slow done")
+        return [{"id": i} for i in ids]
+
+    @batchy.batched
+    async def items(ids: list[int]) -> list[Any]:
+        events.append(f"items {ids}")
+        return [{"id": i} for i in ids]
+
+    schema = gql.build_schema(SDL)
+    query = schema.query_type
+    item = schema.get_type("Item")
+    assert query is not None and isinstance(item, gql.GraphQLObjectType)
+    query.fields["slow"].resolve = lambda root, info: slow_items(1)
+    query.fields["fast"].resolve = lambda root, info: items(2)
+    query.fields["items"].resolve = lambda root, info, n: [items(i) for i in range(10, 10 + n)]
+    item.fields["child"].resolve = lambda obj, info: items(obj["id"] * 10)
+    item.fields["label"].resolve = lambda obj, info, prefix: f"{prefix}{obj['id']}"
+    return schema
+
+
+def test_a_slow_loader_holds_back_only_the_positions_waiting_for_it() -> None:
+    events: list[str] = []
+    schema = make_schema(events)
+    result = bgql.graphql_sync(schema, "{ slow { child { id } } fast { child { id } } }")
+    assert result.errors is None
+    assert result.data == {"slow": {"child": {"id": 10}}, "fast": {"child": {"id": 20}}}
+    # fast's child is loaded while the slow batch is still running.
+    assert events == ["slow [1]", "items [2]", "items [20]", "slow done", "items [10]"]
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_every_item_of_a_level_meets_in_one_batch(sync: bool) -> None:
+    events: list[str] = []
+    schema = make_schema(events)
+    query = '{ items(n: 4) { id label(prefix: "i") child { id label } } }'
+    with record() as rec:
+        result = (
+            bgql.graphql_sync(schema, query) if sync else asyncio.run(bgql.graphql(schema, query))
+        )
+    assert result.errors is None
+    assert result.data == {
+        "items": [
+            {"id": i, "label": f"i{i}", "child": {"id": i * 10, "label": f"#{i * 10}"}}
+            for i in range(10, 14)
+        ]
+    }
+    assert events == ["items [10, 11, 12, 13]", "items [100, 110, 120, 130]"]
+    assert rec.rounds == 2
+
+
+def test_resolvers_see_the_infos_graphql_core_would_give() -> None:
+    seen: list[tuple[str, list[Any], str, Any]] = []
+    schema = gql.build_schema(SDL)
+    item = schema.get_type("Item")
+    assert isinstance(item, gql.GraphQLObjectType)
+
+    def label(obj: Any, info: Any, prefix: str) -> str:
+        seen.append((info.field_name, info.path.as_list(), info.parent_type.name, info.context))
+        return prefix
+
+    item.fields["label"].resolve = label
+    root = {"items": [{"id": 1}, {"id": 2, "child": {"id": 3}}]}
+    query = '{ items { label first: label(prefix: "x") child { label } } }'
+    result = bgql.graphql_sync(schema, query, root_value=root, context_value="ctx")
+    assert result.errors is None
+    assert seen == [
+        ("label", ["items", 0, "label"], "Item", "ctx"),
+        ("label", ["items", 0, "first"], "Item", "ctx"),
+        ("label", ["items", 1, "label"], "Item", "ctx"),
+        ("label", ["items", 1, "first"], "Item", "ctx"),
+        ("label", ["items", 1, "child", "label"], "Item", "ctx"),
+    ]
+
+
+def test_a_class_that_builds_its_own_infos_is_asked_for_each() -> None:
+    base = bgql.BatchyExecutionContext
+
+    class Tagged(base):  # type: ignore[misc,valid-type]
+        def build_resolve_info(self, *args: Any) -> Any:
+            info = super().build_resolve_info(*args)
+            return info._replace(context={"tag": "custom"})
+
+    schema = gql.build_schema("type Query { tag: String }")
+    schema.query_type.fields["tag"].resolve = lambda root, info: info.context["tag"]  # type: ignore[union-attr]
+    document = gql.parse("{ tag }")
+    result = bgql.execute_sync(schema, document, execution_context_class=Tagged)
+    assert result.data == {"tag": "custom"}
+
+
+def test_errors_below_a_nulled_position_are_dropped() -> None:
+    # item 0's id fails (non-null) at once, nulling the item; its child is still
+    # loading then, and fails later: that error is below a null and not reported.
+    schema = gql.build_schema(SDL)
+    fields = schema.query_type.fields  # type: ignore[union-attr]
+    item = schema.get_type("Item")
+    assert isinstance(item, gql.GraphQLObjectType)
+
+    @batchy.batched
+    def children(ids: list[int]) -> list[Any]:
+        return [ValueError(f"no child {i}") for i in ids]
+
+    def item_id(obj: Any, info: Any) -> Any:
+        if obj["id"] == 0:
+            raise ValueError("bad id 0")
+        return obj["id"]
+
+    fields["items"].resolve = lambda root, info, n: [{"id": 0}, {"id": 1}]
+    item.fields["child"].resolve = lambda obj, info: children(obj["id"])
+    item.fields["id"].resolve = item_id
+    result = bgql.graphql_sync(schema, "{ items { child { id } id } }")
+    assert result.data == {"items": None}  # [Item!]: a null item nulls the list
+    assert [(e.message, e.path) for e in result.errors or []] == [("bad id 0", ["items", 0, "id"])]
+
+
+def test_a_failing_pending_field_nulls_an_object_completed_long_before() -> None:
+    schema = gql.build_schema(
+        """
+        type Query { a: A }
+        type A { b: B!, other: Int }
+        type B { c: Int! }
+        """
+    )
+
+    @batchy.batched
+    def load(keys: list[str]) -> list[Any]:
+        return [ValueError("c failed") if k == "c" else {} for k in keys]
+
+    query = schema.query_type
+    a_type, b_type = schema.get_type("A"), schema.get_type("B")
+    assert query is not None
+    assert isinstance(a_type, gql.GraphQLObjectType) and isinstance(b_type, gql.GraphQLObjectType)
+    query.fields["a"].resolve = lambda root, info: {"other": 1}
+    a_type.fields["b"].resolve = lambda obj, info: load("b")
+    b_type.fields["c"].resolve = lambda obj, info: load("c")
+    result = bgql.graphql_sync(schema, "{ a { other b { c } } }")
+    # c is non-null, so is b: the error travels up to a, the first nullable position.
+    assert result.data == {"a": None}
+    assert [(e.message, e.path) for e in result.errors or []] == [("c failed", ["a", "b", "c"])]
+
+
+def test_the_planned_executor_can_be_turned_off() -> None:
+    class Plain(bgql.BatchyExecutionContext):  # type: ignore[misc,valid-type]
+        batchy_fast_path = False
+
+    events: list[str] = []
+    schema = make_schema(events)
+    document = gql.parse("{ items(n: 2) { id child { id } } }")
+    result = bgql.execute_sync(schema, document, execution_context_class=Plain)
+    assert result.errors is None
+    assert result.data == {
+        "items": [{"id": 10, "child": {"id": 100}}, {"id": 11, "child": {"id": 110}}]
+    }
+    assert events == ["items [10, 11]", "items [100, 110]"]
