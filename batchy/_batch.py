@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from . import _hooks
 from ._errors import LoaderError, MissingKeyError, short_repr
 from ._future import DONE, Future
+from ._task import Task
 
 if TYPE_CHECKING:
     from ._loader import Loader
@@ -30,7 +31,16 @@ __all__ = ["Batch"]
 class Batch:
     """The keys one loader was asked for in one round."""
 
-    __slots__ = ("_caches", "_chunks", "_round", "futures", "keys", "loader", "sched")
+    __slots__ = (
+        "_caches",
+        "_chunks",
+        "_last_cache",
+        "_round",
+        "futures",
+        "keys",
+        "loader",
+        "sched",
+    )
 
     def __init__(self, loader: Loader[Any, Any], sched: Scheduler) -> None:
         self.loader = loader
@@ -38,6 +48,7 @@ class Batch:
         self.keys: list[Any] = []  # distinct keys, as the user passed them
         self.futures: dict[Any, Future[Any]] = {}  # cache key -> future
         self._caches: list[dict[Any, Any]] = []  # scope caches that hold our futures
+        self._last_cache: dict[Any, Any] | None = None  # the one remembered last
         self._chunks: list[tuple[list[Any], list[Future[Any]]]] = []
         self._round = 0
 
@@ -49,7 +60,9 @@ class Batch:
         return len(self.keys)
 
     def remember_cache(self, cache: dict[Any, Any]) -> None:
-        if cache not in self._caches:
+        self._last_cache = cache
+        # By identity: two scopes' caches holding the same futures compare equal.
+        if not any(c is cache for c in self._caches):
             self._caches.append(cache)
 
     # -- flushing -------------------------------------------------------------------
@@ -118,6 +131,9 @@ class Batch:
             self._evict(futs)
         else:
             failed = []
+            sched = self.sched
+            enqueue = sched._ready.append
+            woke = False
             for fut, value in zip(futs, values, strict=True):
                 if isinstance(value, BaseException):
                     fut._set_exception(value)
@@ -128,11 +144,18 @@ class Batch:
                 fut._value = value
                 waiter = fut._waiters
                 if waiter is not None:
-                    if type(waiter) is list:
+                    if type(waiter) is Task and waiter._sched is sched:
+                        # The usual single waiter, a handler: Task._on_done, inlined.
+                        fut._waiters = None
+                        enqueue(waiter)
+                        woke = True
+                    elif type(waiter) is list:
                         fut._wake()
-                    else:  # the usual single waiter, woken without a call in between
+                    else:
                         fut._waiters = None
                         waiter._on_done(fut)  # type: ignore[union-attr]
+            if woke and not sched._running and not sched._scheduled:
+                sched._schedule()  # once for all the handlers woken above
             if failed:
                 self._evict(failed)
         if _hooks.hooks:

@@ -91,7 +91,9 @@ class _BadLeaf(Exception):
 def shape_of(value: list[Any] | tuple[Any, ...] | dict[Any, Any], mode: int = FIRST) -> Gather:
     """A :class:`Gather` over a (nested) list / tuple / dict; raises ``_BadLeaf``."""
     leaves: list[Future[Any]] = []
-    if type(value) is list and all(isinstance(v, Future) for v in value):
+    if type(value) is list and (
+        _LEAF_TYPES.issuperset(map(type, value)) or all(isinstance(v, Future) for v in value)
+    ):
         return Gather(value, None, mode)  # the common case: no shape to rebuild
     shape = _flatten(value, leaves)
     return Gather(leaves, shape, mode)
@@ -100,7 +102,7 @@ def shape_of(value: list[Any] | tuple[Any, ...] | dict[Any, Any], mode: int = FI
 class Gather(Future[Any]):
     """Waits for every leaf, then resolves to their results in the original shape."""
 
-    __slots__ = ("_leaves", "_mode", "_remaining", "_shape", "_started")
+    __slots__ = ("_failed", "_leaves", "_mode", "_remaining", "_shape", "_started")
 
     def __init__(self, leaves: list[Future[Any]], shape: Any, mode: int) -> None:
         super().__init__()
@@ -109,17 +111,33 @@ class Gather(Future[Any]):
         self._mode = mode
         self._remaining = 0
         self._started = False
+        self._failed = False  # whether a leaf failed: only then look for errors
 
     def _activate(self, sched: Scheduler, scope: Scope | None) -> None:
         if self._started:
             return
         self._started = True
-        remaining = 0
-        for leaf in self._leaves:
-            if type(leaf) is not Future:
+        leaves = self._leaves
+        remaining = len(leaves)
+        enqueue = sched._ready.append
+        # Tasks not started yet are started here (Task._activate, inlined: a page
+        # starts thousands); outside any scope, Task._activate gives each its own.
+        task = _task_type if scope is not None else None
+        started = False
+        leaf: Any  # a future, and where ``type(leaf) is task``, a Task
+        for leaf in leaves:
+            if type(leaf) is task and leaf._sched is None:
+                leaf._sched = sched
+                leaf._scope = scope
+                enqueue(leaf)
+                started = True
+            elif type(leaf) is not Future:
                 leaf._activate(sched, scope)
-            if leaf._state == PENDING:
-                remaining += 1
+            if leaf._state != PENDING:
+                remaining -= 1
+                if leaf._state == FAILED:
+                    self._failed = True
+            else:
                 waiters = leaf._waiters  # Future._add_waiter, inlined
                 if waiters is None:
                     leaf._waiters = self
@@ -127,6 +145,8 @@ class Gather(Future[Any]):
                     waiters.append(self)
                 else:
                     leaf._waiters = [waiters, self]
+        if started and not sched._running and not sched._scheduled:
+            sched._schedule()  # once for all the tasks started above
         self._remaining = remaining
         if remaining == 0:
             self._finish()
@@ -140,6 +160,8 @@ class Gather(Future[Any]):
         return cancelled
 
     def _on_done(self, fut: Future[Any]) -> None:
+        if fut._state == FAILED:
+            self._failed = True
         remaining = self._remaining - 1
         self._remaining = remaining
         if not remaining:
@@ -149,11 +171,10 @@ class Gather(Future[Any]):
         leaves = self._leaves
         self._leaves = []  # do not keep the tree alive through the result
         values = [leaf._value for leaf in leaves]
-        if self._mode != RETURN:
+        if self._failed and self._mode != RETURN:
             errors = [leaf._value for leaf in leaves if leaf._state == FAILED]
-            if errors:
-                self._set_exception(_combine(errors, self._mode))
-                return
+            self._set_exception(_combine(errors, self._mode))
+            return
         shape = self._shape
         if shape is None:
             self._set_result(values)
@@ -209,3 +230,11 @@ def gather(
             "it takes batchy futures and tasks or asyncio awaitables. "
             "Did you pass a function instead of calling it?"
         ) from None
+
+
+#: The future types a list of leaves usually holds, checked for all leaves at once
+#: in C (``_task`` adds its tasks); any other future is still a leaf, found slower.
+_LEAF_TYPES: set[type] = {Future, Gather}
+
+#: ``Task``, set by ``_task`` (which imports this module): Gather starts those itself.
+_task_type: Any = None

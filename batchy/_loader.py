@@ -109,19 +109,19 @@ class Loader(Generic[K, V]):
                 cache = scope._caches.get(self)
                 if cache is None:
                     cache = scope._caches[self] = {}
-                else:
-                    fut = cache.get(ck)
-                    if fut is not None:
-                        return fut  # type: ignore[no-any-return]
+                elif ck in cache:  # ``in`` is cheaper than get() on a miss, the usual case
+                    return cache[ck]  # type: ignore[no-any-return]
             batch: Batch | None = sched._open.get(self)  # type: ignore[assignment]
             if batch is None:
                 batch = Batch(self, sched)
                 sched.add_batch(self, batch)
             futures = batch.futures
-            fut = futures.get(ck)
+            asked = ck in futures
         except TypeError:
             raise self._unhashable(key, ck) from None
-        if fut is None:
+        if asked:  # again in this round (from another scope, or with the cache off)
+            fut = futures[ck]
+        else:
             # Future() without the __init__ call: this runs once per key.
             fut = futures[ck] = _new_future(Future)
             fut._state = PENDING
@@ -130,8 +130,7 @@ class Loader(Generic[K, V]):
             batch.keys.append(key)
         if cache is not None:
             cache[ck] = fut
-            caches = batch._caches
-            if not caches or caches[-1] is not cache:
+            if batch._last_cache is not cache:
                 batch.remember_cache(cache)
         return fut
 

@@ -16,10 +16,10 @@ import types
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
-from . import _hooks
+from . import _gather, _hooks
 from ._errors import UsageError, YieldError, short_repr
 from ._future import DONE, PENDING, Future, failed, from_asyncio
-from ._gather import _Awaitable, _BadLeaf, shape_of
+from ._gather import _LEAF_TYPES, Gather, _Awaitable, _BadLeaf, shape_of
 from ._scheduler import Scheduler
 from ._scope import Scope
 
@@ -136,7 +136,6 @@ class Task(Future[T]):
         return True
 
     def _step(self) -> None:
-        sched: Scheduler = self._sched  # type: ignore[assignment]
         fut = self._waiting
         send: Any = None
         throw: BaseException | None = None
@@ -153,7 +152,7 @@ class Task(Future[T]):
         coro = self._coro
         # No save/restore: steps never nest, and the scheduler resets ``current``
         # before it flushes or returns to the loop.
-        sched.current = self
+        self._sched.current = self  # type: ignore[union-attr]
         while True:
             try:
                 y = coro.send(send) if throw is None else coro.throw(throw)
@@ -166,9 +165,17 @@ class Task(Future[T]):
                 self._value = stop.value
                 waiter = self._waiters
                 if waiter is not None:
-                    if type(waiter) is list:
+                    if type(waiter) is Gather:
+                        # The usual single waiter, a parent's gather: Gather._on_done,
+                        # inlined (this task did not fail: nothing to tell it but that).
+                        self._waiters = None
+                        remaining = waiter._remaining - 1
+                        waiter._remaining = remaining
+                        if not remaining:
+                            waiter._finish()
+                    elif type(waiter) is list:
                         self._wake()
-                    else:  # the usual single waiter (a parent, a gather)
+                    else:  # another single waiter (a parent)
                         self._waiters = None
                         waiter._on_done(self)
                 return
@@ -177,19 +184,20 @@ class Task(Future[T]):
                 if isinstance(error, (KeyboardInterrupt, SystemExit)):
                     raise  # the process decides, not the scheduler
                 return
-            send = None
-            throw = None
-            if not isinstance(y, Future):
-                if type(y) in _EMPTY and not y and not self._is_coro:
-                    # An empty parallel yield (a leaf's children): nothing to wait
-                    # for, so skip making, starting and resolving a Gather.
-                    send = y  # the empty container itself: nothing to copy
-                    continue
-                y = self._to_future(y, sched)
+            if type(y) is Future:  # a loader's key: nothing to start
+                pass
+            elif type(y) in _EMPTY and not y and not self._is_coro:
+                # An empty parallel yield (a leaf's children): nothing to wait
+                # for, so skip making, starting and resolving a Gather.
+                send = y  # the empty container itself: nothing to copy
+                throw = None
+                continue
+            elif isinstance(y, Future):
+                y._activate(self._sched, self._scope)  # type: ignore[arg-type]
+            else:
+                y = self._to_future(y, self._sched)  # type: ignore[arg-type]
                 if y is None:
                     return
-            elif type(y) is not Future:
-                y._activate(sched, self._scope)
             if y._state == PENDING:
                 self._waiting = y
                 waiters = y._waiters  # Future._add_waiter, inlined
@@ -201,6 +209,8 @@ class Task(Future[T]):
                     y._waiters = [waiters, self]
                 return
             # Already resolved: go on without a trip through the ready queue.
+            send = None
+            throw = None
             if not self._is_coro:
                 if y._state == DONE:
                     send = y._value
@@ -302,6 +312,10 @@ class _CoroTask(Task[T]):
     def get_loop(self) -> asyncio.AbstractEventLoop:
         """The event loop the task runs on."""
         return self._sched.loop  # type: ignore[union-attr]
+
+
+_LEAF_TYPES.update((Task, _CoroTask))
+_gather._task_type = Task
 
 
 def _code_owner(coro: Any) -> Any:

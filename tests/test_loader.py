@@ -227,6 +227,37 @@ def test_wrong_length_fails_every_key_and_evicts_them() -> None:
     assert calls == [[1, 2], [1, 2]]
 
 
+def test_a_failed_batch_is_evicted_from_every_scope_that_asked() -> None:
+    # Two requests in one round ask for the same key: one batch call, one shared
+    # future, two scope caches. A failure must leave neither cache holding it.
+    calls: list[list[int]] = []
+
+    @batchy.batched(name="users")
+    def users(keys: list[int]) -> list[int]:
+        calls.append(keys)
+        if len(calls) == 1:
+            raise ConnectionError("server went away")
+        return keys
+
+    @batchy.task
+    def request() -> Any:
+        try:
+            yield users(1)
+        except batchy.LoaderError:
+            pass
+        return (yield users(1))
+
+    async def main() -> list[Any]:
+        async def in_scope() -> Any:
+            async with batchy.scope():
+                return await request()
+
+        return list(await asyncio.gather(in_scope(), in_scope()))
+
+    assert asyncio.run(main()) == [1, 1]
+    assert calls == [[1], [1]]
+
+
 def test_non_sequence_result_is_a_clear_error() -> None:
     @batchy.batched(name="users")
     def broken(keys: list[int]) -> Any:
