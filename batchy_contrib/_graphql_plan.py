@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from enum import Enum
 from typing import Any
 
 import graphql as gql
@@ -104,12 +105,41 @@ class Field:
             None if resolve is gql.default_field_resolver else resolve
         )
         # Arguments are the same for every object: coerced once. A coercion error
-        # is a field error, raised each time the field is resolved.
+        # is a field error, raised each time the field is resolved (in place of
+        # the resolver, which graphql-core would not call either).
+        self.args: dict[str, Any] = {}
         try:
-            self.args: dict[str, Any] | Exception = planner.arguments(field_def, core_nodes)
+            self.args = planner.arguments(field_def, core_nodes)
         except Exception as error:
-            self.args = error
+            self.resolve = _raiser(error)
+        else:
+            if not all(type(v) in _IMMUTABLE or isinstance(v, Enum) for v in self.args.values()):
+                # A list or an input object could be changed by one resolver and seen
+                # by the next: like graphql-core, coerce them afresh for every call.
+                self.resolve = _fresh_args(
+                    resolve, lambda: planner.arguments(field_def, core_nodes)
+                )
+                self.args = {}
         self.info_head = (self.name, self.nodes, field_def.type, parent_type)
+
+
+_IMMUTABLE = frozenset({str, int, float, bool, type(None)})
+
+
+def _fresh_args(
+    resolve: Callable[..., Any], arguments: Callable[[], dict[str, Any]]
+) -> Callable[..., Any]:
+    def resolve_fresh(source: Any, info: Any) -> Any:
+        return resolve(source, info, **arguments())
+
+    return resolve_fresh
+
+
+def _raiser(error: Exception) -> Callable[..., Any]:
+    def resolve(*_: Any, **__: Any) -> Any:
+        raise error
+
+    return resolve
 
 
 class Planner:

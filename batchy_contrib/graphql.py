@@ -203,6 +203,7 @@ class BatchyMixin(AsyncMixin):
         if (
             not self.batchy_fast_path
             or new_defer_usages
+            or self.abort_signal is not None  # type: ignore[attr-defined]
             or (self.schema.get_directive("stream") and self._streams())  # type: ignore[attr-defined]
         ):
             parent = super().execute_collected_root_fields  # type: ignore[misc]

@@ -42,7 +42,7 @@ from typing import Any
 
 import graphql as gql
 from graphql import GraphQLError, Undefined, located_error
-from graphql.pyutils import Path
+from graphql.pyutils import Path, is_iterable
 
 import batchy
 
@@ -119,10 +119,10 @@ class _Run:
                         value = getattr(source, field.name, None)
                     if type(value) not in _LEAF_VALUES and callable(value):
                         path = Path(pos.path, key, pos.typename)
-                        value = value(self.info(field, path), **self.arguments(field))
+                        value = value(self.info(field, path), **field.args)
                 else:
                     path = Path(pos.path, key, pos.typename)
-                    value = resolve(source, self.info(field, path), **self.arguments(field))
+                    value = resolve(source, self.info(field, path), **field.args)
                 ftype = field.type
                 if type(value) in ftype.as_is:
                     result[key] = value  # the common leaf: a str for a String
@@ -132,12 +132,6 @@ class _Run:
                 self.field_error(error, field.type, field, result, key, pos)
                 result[key] = None
         return result
-
-    def arguments(self, field: Field) -> dict[str, Any]:
-        args = field.args
-        if isinstance(args, Exception):
-            raise args
-        return args
 
     def complete(
         self, ftype: Type, field: Field, value: Any, container: Any, key: Any, pos: _Pos
@@ -402,9 +396,7 @@ class _Run:
 
 
 def _is_iterable(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) or (
-        hasattr(value, "__iter__") and not isinstance(value, (str, bytes, bytearray, Mapping))
-    )
+    return type(value) is list or is_iterable(value)
 
 
 def _pending(value: Any, field: Field) -> batchy.Future[Any] | None:
