@@ -131,6 +131,9 @@ class Gather(Future[Any]):
                 leaf._scope = scope
                 enqueue(leaf)
                 started = True
+                if leaf._waiters is None:  # as it should be: pending, nobody waits yet
+                    leaf._waiters = self
+                    continue
             elif type(leaf) is not Future:
                 leaf._activate(sched, scope)
             if leaf._state != PENDING:
