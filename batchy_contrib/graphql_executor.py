@@ -30,8 +30,12 @@ errors below a position that was nulled are dropped, as graphql-core 3.3 does.
 
 The executor borrows from graphql-core what is not per value: field collection
 (fragments, ``@skip``/``@include``), argument coercion, resolve infos, type
-resolution, leaf serialization. It serves both graphql-core lines through the few
-calls in :class:`_Line`.
+resolution, leaf serialization. The plans and the differences between the two
+graphql-core lines live in ``_graphql_plan``.
+
+At about 450 lines this module is longer than most of ours: completing values,
+tracking nulled positions and the watch loop all work on one :class:`_Run`, and
+split across modules they would only hand its state back and forth.
 """
 
 from __future__ import annotations
