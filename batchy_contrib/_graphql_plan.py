@@ -104,22 +104,21 @@ class Field:
         self.resolve: Callable[..., Any] | None = (
             None if resolve is gql.default_field_resolver else resolve
         )
-        # Arguments are the same for every object: coerced once. A coercion error
-        # is a field error, raised each time the field is resolved (in place of
-        # the resolver, which graphql-core would not call either).
+        # Arguments are the same for every object: coerced once. Where one
+        # resolver could change them (a list, an input object) and where coercion
+        # fails, they are coerced afresh for every call, as graphql-core does: each
+        # resolver gets its own copy, each failure its own error.
         self.args: dict[str, Any] = {}
         try:
             self.args = planner.arguments(field_def, core_nodes)
-        except Exception as error:
-            self.resolve = _raiser(error)
-        else:
-            if not all(type(v) in _IMMUTABLE or isinstance(v, Enum) for v in self.args.values()):
-                # A list or an input object could be changed by one resolver and seen
-                # by the next: like graphql-core, coerce them afresh for every call.
-                self.resolve = _fresh_args(
-                    resolve, lambda: planner.arguments(field_def, core_nodes)
-                )
-                self.args = {}
+            fresh = not all(
+                type(v) in _IMMUTABLE or isinstance(v, Enum) for v in self.args.values()
+            )
+        except Exception:
+            fresh = True
+        if fresh:
+            self.resolve = _fresh_args(resolve, lambda: planner.arguments(field_def, core_nodes))
+            self.args = {}
         self.info_head = (self.name, self.nodes, field_def.type, parent_type)
 
 
@@ -133,13 +132,6 @@ def _fresh_args(
         return resolve(source, info, **arguments())
 
     return resolve_fresh
-
-
-def _raiser(error: Exception) -> Callable[..., Any]:
-    def resolve(*_: Any, **__: Any) -> Any:
-        raise error
-
-    return resolve
 
 
 class Planner:

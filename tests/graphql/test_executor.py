@@ -176,3 +176,27 @@ def test_the_planned_executor_can_be_turned_off() -> None:
         "items": [{"id": 10, "child": {"id": 100}}, {"id": 11, "child": {"id": 110}}]
     }
     assert events == ["items [10, 11]", "items [100, 110]"]
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_failed_argument_coercion_is_a_new_error_at_every_position(sync: bool) -> None:
+    # Like graphql-core: one error per object, each its own (a shared one would
+    # collect every position's traceback).
+    schema = gql.build_schema(
+        "type Query { items: [Item!]! } type Item { id: Int!, tag(p: String!): String }"
+    )
+    schema.query_type.fields["items"].resolve = lambda root, info: [{"id": i} for i in range(3)]  # type: ignore[union-attr]
+    document = gql.parse('query ($p: String = "x") { items { id tag(p: $p) } }')
+    args: dict[str, Any] = {"variable_values": {"p": None}}
+    if sync:
+        result = bgql.execute_sync(schema, document, **args)
+    else:
+        result = asyncio.run(bgql.execute(schema, document, **args))
+    assert result.data == {"items": [{"id": i, "tag": None} for i in range(3)]}
+    assert result.errors is not None
+    reference = gql.execute_sync(schema, document, **args)  # the message differs by line
+    assert reference.errors is not None and len(reference.errors) == 3
+    assert [(e.message, e.path) for e in result.errors] == [
+        (reference.errors[0].message, ["items", i, "tag"]) for i in range(3)
+    ]
+    assert len({id(e.original_error or e) for e in result.errors}) == 3
