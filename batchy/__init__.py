@@ -2,6 +2,8 @@
 
 from ._errors import (
     BatchyError,
+    CycleError,
+    InvalidKeyError,
     LoaderError,
     MissingKeyError,
     UsageError,
@@ -22,9 +24,11 @@ from .dataloader import DataLoader  # built on the names above: import it last
 __all__ = [
     "BatchEvent",
     "BatchyError",
+    "CycleError",
     "DataLoader",
     "Future",
     "Hook",
+    "InvalidKeyError",
     "Loader",
     "LoaderError",
     "MissingKeyError",

@@ -1,11 +1,15 @@
 """The batch: one loader's distinct keys for one round, and the calls that resolve them.
 
-A batch is flushed exactly once. Its keys are split into chunks of
-``max_batch_size``, at most ``max_concurrency`` of them in flight at once; an
+A batch is flushed exactly once, and never empty. Its keys are split into chunks
+of ``max_batch_size``, at most ``max_concurrency`` of them in flight at once; an
 async (or threaded) call runs as an asyncio task, so the batches of one round
 overlap. Every key's future is resolved when its call ends, whatever happens: a
-wrong answer or a raise fails every key of the call, and failed keys are evicted
-from the caches that hold them so a retry can succeed.
+wrong answer or a raise (any ``BaseException``) fails every key of the call, a
+key whose lookup in a returned mapping fails fails alone, and failed keys are
+evicted from the caches that hold them so a retry can succeed. Nothing here may
+raise into the event loop: an unexpected error while finishing a call fails the
+keys of that call that are still pending. ``KeyboardInterrupt`` and
+``SystemExit`` fail the keys too, then go on up to the caller of ``batchy.run``.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _hooks
-from ._errors import LoaderError, MissingKeyError, short_repr
-from ._future import DONE, Future
+from ._errors import LoaderError, MissingKeyError, error_text, short_repr
+from ._future import DONE, PENDING, Future
+from ._gather import Gather
 from ._task import Task
 
 if TYPE_CHECKING:
@@ -34,6 +39,7 @@ class Batch:
     __slots__ = (
         "_caches",
         "_chunks",
+        "_ck_of",
         "_last_cache",
         "_round",
         "futures",
@@ -50,6 +56,7 @@ class Batch:
         self._caches: list[dict[Any, Any]] = []  # scope caches that hold our futures
         self._last_cache: dict[Any, Any] | None = None  # the one remembered last
         self._chunks: list[tuple[list[Any], list[Future[Any]]]] = []
+        self._ck_of: dict[int, Any] | None = None  # id(future) -> cache key, made when needed
         self._round = 0
 
     @property
@@ -70,6 +77,8 @@ class Batch:
     def _flush(self, round: int) -> None:
         self._round = round
         keys = self.keys
+        if not keys:  # every key was refused before joining: nothing to send
+            return
         futs = list(self.futures.values())
         size = self.loader.max_batch_size or len(keys)
         self._chunks = [(keys[i : i + size], futs[i : i + size]) for i in range(0, len(keys), size)]
@@ -87,26 +96,34 @@ class Batch:
                 out: Any = self.sched.loop.run_in_executor(None, loader.fn, list(keys))
             else:
                 out = loader.fn(list(keys))  # a copy: the function may keep or mutate it
-        except Exception as error:
+            if not inspect.isawaitable(out):
+                self._finish(keys, futs, started, result=out)
+                return
+            afut = asyncio.ensure_future(out, loop=self.sched.loop)
+        except BaseException as error:
+            # A plain function raised (CancelledError, GeneratorExit and custom
+            # BaseExceptions too), or returned an awaitable asyncio refuses.
             self._finish(keys, futs, started, error=error)
-            return
-        if not inspect.isawaitable(out):
-            self._finish(keys, futs, started, result=out)
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise  # the process decides, not the scheduler
             return
         self.sched.batch_started()
-        afut = asyncio.ensure_future(out, loop=self.sched.loop)
 
         def done(af: asyncio.Future[Any]) -> None:
-            if af.cancelled():
-                error: BaseException = asyncio.CancelledError()
-                self._finish(keys, futs, started, error=error)
-            elif (error_ := af.exception()) is not None:
-                self._finish(keys, futs, started, error=error_)
-            else:
-                self._finish(keys, futs, started, result=af.result())
-            if self._chunks:
-                self._start(*self._chunks.pop())
-            self.sched.batch_finished()
+            # Called by the event loop: it must not raise, and must always count
+            # the call finished, or the scheduler would wait for it forever.
+            try:
+                if af.cancelled():
+                    error: BaseException = asyncio.CancelledError()
+                    self._finish(keys, futs, started, error=error)
+                elif (error_ := af.exception()) is not None:
+                    self._finish(keys, futs, started, error=error_)
+                else:
+                    self._finish(keys, futs, started, result=af.result())
+                if self._chunks:
+                    self._start(*self._chunks.pop())
+            finally:
+                self.sched.batch_finished()
 
         afut.add_done_callback(done)
 
@@ -118,46 +135,16 @@ class Batch:
         result: Any = None,
         error: BaseException | None = None,
     ) -> None:
-        if error is None:
-            try:
-                values = self._values(keys, result)
-            except LoaderError as broken:
-                error = broken
-        else:
-            error = self._wrap(keys, error)
-        if error is not None:
-            for fut in futs:
+        try:
+            error = self._resolve(keys, futs, result, error)
+        except Exception as failure:
+            # A bug of ours, or a user object misbehaving where we did not expect
+            # it: whatever is still pending of this call fails, nothing hangs.
+            error = self._wrap(keys, failure)
+            pending = [fut for fut in futs if fut._state == PENDING]
+            for fut in pending:
                 fut._set_exception(error)
-            self._evict(futs)
-        else:
-            failed = []
-            sched = self.sched
-            enqueue = sched._ready.append
-            woke = False
-            for fut, value in zip(futs, values, strict=True):
-                if isinstance(value, BaseException):
-                    fut._set_exception(value)
-                    failed.append(fut)
-                    continue
-                # Future._set_result, inlined: this runs once per key.
-                fut._state = DONE
-                fut._value = value
-                waiter = fut._waiters
-                if waiter is not None:
-                    if type(waiter) is Task and waiter._sched is sched:
-                        # The usual single waiter, a handler: Task._on_done, inlined.
-                        fut._waiters = None
-                        enqueue(waiter)
-                        woke = True
-                    elif type(waiter) is list:
-                        fut._wake()
-                    else:
-                        fut._waiters = None
-                        waiter._on_done(fut)  # type: ignore[union-attr]
-            if woke and not sched._running and not sched._scheduled:
-                sched._schedule()  # once for all the handlers woken above
-            if failed:
-                self._evict(failed)
+            self._evict(pending)
         if _hooks.hooks:
             _hooks.emit_batch(
                 _hooks.BatchEvent(
@@ -168,6 +155,62 @@ class Batch:
                     error,
                 )
             )
+
+    def _resolve(
+        self,
+        keys: list[Any],
+        futs: list[Future[Any]],
+        result: Any,
+        error: BaseException | None,
+    ) -> BaseException | None:
+        """Resolve every future of one call; returns the error that failed them all, if any."""
+        if error is None:
+            try:
+                values = self._values(keys, futs, result)
+            except LoaderError as broken:
+                error = broken
+        else:
+            error = self._wrap(keys, error)
+        if error is not None:
+            for fut in futs:
+                fut._set_exception(error)
+            self._evict(futs)
+            return error
+        failed = []
+        sched = self.sched
+        enqueue = sched._ready.append
+        woke = False
+        for fut, value in zip(futs, values, strict=True):
+            if isinstance(value, BaseException):
+                fut._set_exception(value)
+                failed.append(fut)
+                continue
+            # Future._set_result, inlined: this runs once per key.
+            fut._state = DONE
+            fut._value = value
+            waiter = fut._waiters
+            if waiter is not None:
+                fut._waiters = None
+                if type(waiter) is Task and waiter._sched is sched:
+                    # The usual single waiter, a handler: Task._on_done, inlined.
+                    enqueue(waiter)
+                    woke = True
+                elif type(waiter) is Gather:
+                    # A parallel yield: Gather._on_done, inlined (this key did not fail).
+                    remaining = waiter._remaining - 1
+                    waiter._remaining = remaining
+                    if not remaining:
+                        waiter._finish()
+                elif type(waiter) is list:
+                    fut._waiters = waiter
+                    fut._wake()
+                else:
+                    waiter._on_done(fut)  # type: ignore[union-attr]
+        if woke and not sched._running and not sched._scheduled:
+            sched._schedule()  # once for all the handlers woken above
+        if failed:
+            self._evict(failed)
+        return None
 
     def _evict(self, futs: list[Future[Any]]) -> None:
         if not self._caches:
@@ -181,20 +224,10 @@ class Batch:
 
     # -- checking what came back ----------------------------------------------------
 
-    def _values(self, keys: list[Any], result: Any) -> list[Any]:
+    def _values(self, keys: list[Any], futs: list[Future[Any]], result: Any) -> list[Any]:
         name = self.loader.name
         if isinstance(result, Mapping):
-            default = self.loader.default
-            values = []
-            for key in keys:
-                try:
-                    values.append(result[key])
-                except KeyError:
-                    if default is not _NO_DEFAULT:
-                        values.append(default)
-                    else:
-                        values.append(self._missing(key, result))
-            return values
+            return self._from_mapping(keys, futs, result)
         if isinstance(result, Sequence) and not isinstance(result, (str, bytes)):
             if len(result) != len(keys):
                 raise LoaderError(
@@ -216,23 +249,65 @@ class Batch:
             keys=keys,
         )
 
+    def _from_mapping(
+        self, keys: list[Any], futs: list[Future[Any]], result: Mapping[Any, Any]
+    ) -> list[Any]:
+        """Each key's value in a returned mapping, keyed by the key or by its cache key."""
+        default = self.loader.default
+        by_ck = self.loader.key_fn is not None
+        values = []
+        for key, fut in zip(keys, futs, strict=True):
+            try:
+                try:
+                    values.append(result[key])
+                    continue
+                except (KeyError, TypeError):
+                    if not by_ck:
+                        raise
+                # With key= (say key=tuple for list keys) the dict is often keyed
+                # by cache key, the only hashable form of the key.
+                ck_of = self._ck_of
+                if ck_of is None:
+                    ck_of = self._ck_of = {id(f): ck for ck, f in self.futures.items()}
+                values.append(result[ck_of[id(fut)]])
+            except KeyError:
+                values.append(default if default is not _NO_DEFAULT else self._missing(key, result))
+            except Exception as error:
+                values.append(self._lookup_failed(key, error))
+        return values
+
     def _missing(self, key: Any, result: Mapping[Any, Any]) -> MissingKeyError:
         name = self.loader.name
+        try:
+            some = short_repr(list(result)[:10])
+        except Exception as error:
+            some = f"that cannot be listed ({error_text(error)})"
         return MissingKeyError(
             f"loader {name!r} returned a dict with no entry for key {short_repr(key)} "
-            f"(it has keys {short_repr(list(result)[:10])}); return a value for every key, "
+            f"(it has keys {some}); return a value for every key, "
             f"or give the loader a default: @batched(default=None).",
             loader=name,
             key=key,
         )
+
+    def _lookup_failed(self, key: Any, error: Exception) -> LoaderError:
+        name = self.loader.name
+        failure = LoaderError(
+            f"loader {name!r} returned a dict, and looking up key {short_repr(key)} in it "
+            f"raised {error_text(error)}; key the dict by the keys the function got (or, "
+            "with key=, by their cache keys)",
+            loader=name,
+            keys=[key],
+        )
+        failure.__cause__ = error
+        return failure
 
     def _wrap(self, keys: list[Any], error: BaseException) -> BaseException:
         if isinstance(error, (LoaderError, asyncio.CancelledError)):
             return error
         name = self.loader.name
         wrapped = LoaderError(
-            f"loader {name!r} raised {type(error).__name__}: {error} "
-            f"while loading keys {short_repr(keys)}",
+            f"loader {name!r} raised {error_text(error)} while loading keys {short_repr(keys)}",
             loader=name,
             keys=keys,
         )

@@ -6,23 +6,31 @@ siblings do: an error never cancels a sibling, so nothing is left running and
 nothing hangs. Then the first error in the order given is raised (as a plain
 sequential evaluation would), with the others listed in a note, or all of them
 as an ``ExceptionGroup`` with ``raise_group=True``.
+
+Cancelling a gather (its waiter was cancelled) fails it at once with
+``CancelledError``, cancels each leaf that nothing else waits on, and leaves the
+leaves another waiter shares running for that waiter.
+
+This module also finds wait cycles (:func:`find_cycle`): it is the one that
+knows what a gather waits on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import operator
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from ._errors import YieldError, short_repr
-from ._future import FAILED, PENDING, Future, from_asyncio
+from ._errors import CycleError, YieldError, short_repr
+from ._future import DONE, FAILED, PENDING, Future, from_asyncio
 
 if TYPE_CHECKING:
     from ._scheduler import Scheduler
     from ._scope import Scope
 
-__all__ = ["Gather", "gather", "is_awaitable_leaf", "shape_of"]
+__all__ = ["Gather", "find_cycle", "gather", "is_awaitable_leaf", "shape_of"]
 
 FIRST = 0
 RETURN = 1
@@ -53,17 +61,32 @@ def is_awaitable_leaf(value: object) -> bool:
     return inspect.isawaitable(value)
 
 
-def _flatten(value: Any, leaves: list[Future[Any]]) -> Any:
+#: How deep a yielded shape may nest. Deeper is almost surely a mistake (a
+#: structure that contains itself, a tree yielded whole), and flattening it
+#: must end in a clear YieldError rather than a RecursionError in the scheduler.
+MAX_DEPTH = 100
+
+
+def _flatten(value: Any, leaves: list[Future[Any]], depth: int, path: set[int]) -> Any:
     """Collect the futures of ``value`` into ``leaves``; return its shape (leaf -> index)."""
     if isinstance(value, Future):
         leaves.append(value)
         return len(leaves) - 1
-    if isinstance(value, list):
-        return [_flatten(v, leaves) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_flatten(v, leaves) for v in value)
-    if isinstance(value, dict):
-        return {k: _flatten(v, leaves) for k, v in value.items()}
+    if isinstance(value, (list, tuple, dict)):
+        if id(value) in path:
+            raise _BadLeaf(value, "a list / tuple / dict that contains itself")
+        if depth >= MAX_DEPTH:
+            raise _BadLeaf(value, f"a shape nested more than {MAX_DEPTH} levels deep")
+        path.add(id(value))
+        depth += 1
+        if isinstance(value, list):
+            shape: Any = [_flatten(v, leaves, depth, path) for v in value]
+        elif isinstance(value, tuple):
+            shape = tuple([_flatten(v, leaves, depth, path) for v in value])
+        else:
+            shape = {k: _flatten(v, leaves, depth, path) for k, v in value.items()}
+        path.discard(id(value))
+        return shape
     if inspect.isawaitable(value):
         leaves.append(_Awaitable(value))
         return len(leaves) - 1
@@ -76,27 +99,113 @@ def _rebuild(shape: Any, values: list[Any]) -> Any:
     if isinstance(shape, list):
         return [_rebuild(s, values) for s in shape]
     if isinstance(shape, tuple):
-        return tuple(_rebuild(s, values) for s in shape)
+        return tuple([_rebuild(s, values) for s in shape])
     return {k: _rebuild(s, values) for k, s in shape.items()}
 
 
 class _BadLeaf(Exception):
-    """Raised by :func:`shape_of` for a value that is not a future or awaitable."""
+    """Raised by :func:`shape_of` for a value that cannot be waited on; ``what`` says why."""
 
-    def __init__(self, value: object) -> None:
+    def __init__(self, value: object, what: str = "") -> None:
         super().__init__(value)
         self.value = value
+        self.what = what
+
+
+#: The shape of a flat tuple of leaves: the result is ``tuple(values)``.
+_TUPLE: Any = object()
 
 
 def shape_of(value: list[Any] | tuple[Any, ...] | dict[Any, Any], mode: int = FIRST) -> Gather:
     """A :class:`Gather` over a (nested) list / tuple / dict; raises ``_BadLeaf``."""
-    leaves: list[Future[Any]] = []
-    if type(value) is list and (
+    kind = type(value)
+    # The common shapes, one level of futures and tasks: no shape to rebuild.
+    if (kind is list or kind is tuple) and (
         _LEAF_TYPES.issuperset(map(type, value)) or all(isinstance(v, Future) for v in value)
     ):
-        return Gather(value, None, mode)  # the common case: no shape to rebuild
-    shape = _flatten(value, leaves)
+        if kind is list:
+            return Gather(value, None, mode)  # type: ignore[arg-type]
+        return Gather(list(value), _TUPLE, mode)
+    leaves: list[Future[Any]] = []
+    shape = _flatten(value, leaves, 0, set())
     return Gather(leaves, shape, mode)
+
+
+_new_gather = object.__new__
+_value_of = operator.attrgetter("_value")  # in C: no comprehension frame per gather
+_PLAIN = frozenset((Future,))
+
+
+def flat_gather(items: list[Any] | tuple[Any, ...]) -> Gather | None:
+    """A started gather over a flat list or tuple of loader futures, or ``None`` for other items.
+
+    This is ``x, y = yield a(k), b(k)``, the idiom of every handler: one call
+    builds, starts and (when every key is cached) finishes the gather, so a
+    parallel yield costs about what two single yields do.
+    """
+    if not _PLAIN.issuperset(map(type, items)):
+        return None
+    g: Gather = _new_gather(Gather)
+    g._state = PENDING
+    g._value = None
+    g._waiters = None
+    g._leaves = items  # type: ignore[assignment]  # read-only from here on
+    g._shape = None if type(items) is list else _TUPLE
+    g._mode = FIRST
+    g._started = True
+    failed = False
+    remaining = 0
+    for leaf in items:
+        state = leaf._state
+        if state == PENDING:
+            remaining += 1
+            waiters = leaf._waiters  # Future._add_waiter, inlined
+            if waiters is None:
+                leaf._waiters = g
+            elif type(waiters) is list:
+                waiters.append(g)
+            else:
+                leaf._waiters = [waiters, g]
+        elif state == FAILED:
+            failed = True
+    g._failed = failed
+    g._remaining = remaining
+    if not remaining:
+        g._finish()
+    return g
+
+
+def find_cycle(start: Future[Any], waiter: Any) -> list[Any] | None:
+    """The tasks of a cycle if ``waiter`` (a task) waited on ``start``, else ``None``.
+
+    Follows what each task waits on (and each gather's pending leaves) from
+    ``start``; reaching ``waiter`` means the wait would close a circle. The cycle
+    is returned starting with ``waiter``. Only called when a task is about to wait
+    on a task (or gather) already running, so the common waits never pay for it.
+    """
+    parent: dict[int, Any] = {id(start): None}
+    todo: list[Any] = [start]
+    while todo:
+        node = todo.pop()
+        if node is waiter:
+            chain = []
+            while node is not None:
+                if isinstance(node, _task_type):
+                    chain.append(node)
+                node = parent[id(node)]
+            chain.reverse()  # start ... waiter
+            return [waiter, *chain[:-1]]
+        if isinstance(node, _task_type):
+            nexts = [node._waiting] if node._waiting is not None else []
+        elif isinstance(node, Gather) and node._state == PENDING:
+            nexts = node._leaves
+        else:
+            continue
+        for nxt in nexts:
+            if id(nxt) not in parent and nxt._state == PENDING:
+                parent[id(nxt)] = node
+                todo.append(nxt)
+    return None
 
 
 class Gather(Future[Any]):
@@ -115,22 +224,39 @@ class Gather(Future[Any]):
 
     def _activate(self, sched: Scheduler, scope: Scope | None) -> None:
         if self._started:
+            # Yielded again (a batchy.gather() shared by several handlers): the
+            # new waiter must not be one of the tasks this gather waits on.
+            current = sched.current
+            if current is not None and self._state == PENDING:
+                cycle = find_cycle(self, current)
+                if cycle is not None:
+                    raise _cycle_error(cycle)
             return
         self._started = True
+        try:
+            self._start(sched, scope)
+        except Exception as error:
+            # A leaf that cannot be waited on (a cycle, a task of another loop):
+            # this gather fails with it, at the yield that made it.
+            self._leaves = []
+            if self._state == PENDING:
+                self._set_exception(error)
+
+    def _start(self, sched: Scheduler, scope: Scope | None) -> None:
         leaves = self._leaves
         remaining = len(leaves)
         enqueue = sched._ready.append
         # Tasks not started yet are started here (Task._activate, inlined: a page
         # starts thousands); outside any scope, Task._activate gives each its own.
         task = _task_type if scope is not None else None
-        started = False
+        started = 0
         leaf: Any  # a future, and where ``type(leaf) is task``, a Task
         for leaf in leaves:
             if type(leaf) is task and leaf._sched is None:
                 leaf._sched = sched
                 leaf._scope = scope
                 enqueue(leaf)
-                started = True
+                started += 1
                 if leaf._waiters is None:  # as it should be: pending, nobody waits yet
                     leaf._waiters = self
                     continue
@@ -148,19 +274,36 @@ class Gather(Future[Any]):
                     waiters.append(self)
                 else:
                     leaf._waiters = [waiters, self]
-        if started and not sched._running and not sched._scheduled:
-            sched._schedule()  # once for all the tasks started above
+        if started:
+            sched._live += started
+            if not sched._running and not sched._scheduled:
+                sched._schedule()  # once for all the tasks started above
         self._remaining = remaining
         if remaining == 0:
             self._finish()
 
     def cancel(self, msg: str | None = None) -> bool:
-        """Cancel every leaf that can be cancelled (tasks); the gather then fails."""
-        cancelled = False
-        for leaf in self._leaves:
+        """Fail at once with ``CancelledError``; cancel the leaves nothing else waits on.
+
+        A leaf that another waiter shares (a task two parents wait on) keeps
+        running for that waiter: it is cancelled only when no one waits on it.
+        """
+        if self._state != PENDING:
+            return False
+        leaves = self._leaves
+        self._leaves = []
+        own = []
+        for leaf in leaves:
             if leaf._state == PENDING:
-                cancelled = leaf.cancel(msg) or cancelled
-        return cancelled
+                if leaf._waiters is self:
+                    own.append(leaf)
+                leaf._remove_waiter(self)
+        self._set_exception(
+            asyncio.CancelledError(msg) if msg is not None else asyncio.CancelledError()
+        )
+        for leaf in own:  # detached first: a leaf that ends at once cannot wake us twice
+            leaf.cancel(msg)
+        return True
 
     def _on_done(self, fut: Future[Any]) -> None:
         if fut._state == FAILED:
@@ -171,18 +314,54 @@ class Gather(Future[Any]):
             self._finish()
 
     def _finish(self) -> None:
+        if self._state != PENDING:
+            return  # failed already (cancelled, or a leaf could not be waited on)
         leaves = self._leaves
         self._leaves = []  # do not keep the tree alive through the result
-        values = [leaf._value for leaf in leaves]
-        if self._failed and self._mode != RETURN:
-            errors = [leaf._value for leaf in leaves if leaf._state == FAILED]
-            self._set_exception(_combine(errors, self._mode))
-            return
-        shape = self._shape
-        if shape is None:
-            self._set_result(values)
-        else:
-            self._set_result(_rebuild(shape, values))
+        try:
+            if self._failed and self._mode != RETURN:
+                errors = [leaf._value for leaf in leaves if leaf._state == FAILED]
+                self._set_exception(_combine(errors, self._mode))
+                return
+            shape = self._shape
+            if shape is None:
+                value: Any = list(map(_value_of, leaves))
+            elif shape is _TUPLE:
+                value = tuple(map(_value_of, leaves))
+            else:
+                value = _rebuild(shape, list(map(_value_of, leaves)))
+            self._state = DONE  # Future._set_result, inlined
+            self._value = value
+            waiter = self._waiters
+            if waiter is not None:
+                if type(waiter) is _task_type:
+                    # The usual single waiter, the handler that yielded us:
+                    # Task._on_done, inlined.
+                    self._waiters = None
+                    sched = waiter._sched  # type: ignore[union-attr]
+                    sched._ready.append(waiter)
+                    if not sched._running and not sched._scheduled:
+                        sched._schedule()
+                else:
+                    self._wake()
+        except Exception as error:  # never leave the waiters of a gather hanging
+            if self._state == PENDING:
+                self._set_exception(error)
+
+
+def _cycle_error(cycle: list[Any]) -> CycleError:
+    first = cycle[0]
+    if len(cycle) == 1:
+        what = f"task {first.name} waits on itself"
+    else:
+        chain = ", which waits on ".join(t.name for t in cycle[1:])
+        what = f"task {first.name} would wait on {chain}, which waits on {first.name}"
+    return CycleError(
+        f"{what} ({first._location()}): tasks that wait on each other in a circle can "
+        "never finish. Make the dependency run one way, for example by moving the shared "
+        "work into a task that both wait on.",
+        tasks=cycle,
+    )
 
 
 def _combine(errors: list[BaseException], mode: int) -> BaseException:
@@ -228,10 +407,11 @@ def gather(
     try:
         return shape_of(list(aws), mode)
     except _BadLeaf as bad:
+        what = bad.what or f"{short_repr(bad.value)} ({type(bad.value).__name__})"
         raise YieldError(
-            f"batchy.gather() got {short_repr(bad.value)} ({type(bad.value).__name__}); "
-            "it takes batchy futures and tasks or asyncio awaitables. "
-            "Did you pass a function instead of calling it?"
+            f"batchy.gather() got {what}; it takes batchy futures and tasks or asyncio "
+            "awaitables, in lists, tuples and dicts at most "
+            f"{MAX_DEPTH} levels deep. Did you pass a function instead of calling it?"
         ) from None
 
 

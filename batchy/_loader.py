@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from ._batch import _NO_DEFAULT, Batch
-from ._errors import UsageError, short_repr
+from ._errors import InvalidKeyError, UsageError, error_text, short_repr
 from ._future import PENDING, Future, resolved
 from ._gather import FIRST, Gather
 from ._scheduler import _local, scheduler_for
@@ -102,8 +102,11 @@ class Loader(Generic[K, V]):
                 return _LazyLoad(self, key)  # no loop yet: file the key when it starts
             sched = scheduler_for(loop)
             scope = _current.get()
-        ck = key if self.key_fn is None else self.key_fn(key)
+        ck = key if self.key_fn is None else self._cache_key(key)
         cache = None
+        # Every hash and == of the key happens in this block, before the key joins
+        # a batch: a key that cannot be hashed or compared fails this call alone,
+        # and never leaves a half-made batch (or an empty one) for the round.
         try:
             if scope is not None and self.cache:
                 cache = scope._caches.get(self)
@@ -113,12 +116,16 @@ class Loader(Generic[K, V]):
                     return cache[ck]  # type: ignore[no-any-return]
             batch: Batch | None = sched._open.get(self)  # type: ignore[assignment]
             if batch is None:
-                batch = Batch(self, sched)
-                sched.add_batch(self, batch)
-            futures = batch.futures
-            asked = ck in futures
-        except TypeError:
-            raise self._unhashable(key, ck) from None
+                hash(ck)  # checked by ``in`` below when a batch exists already
+                asked = False
+            else:
+                asked = ck in batch.futures
+        except Exception as error:
+            raise self._bad_key(key, ck, error) from (None if type(error) is TypeError else error)
+        if batch is None:
+            batch = Batch(self, sched)
+            sched.add_batch(self, batch)
+        futures = batch.futures
         if asked:  # again in this round (from another scope, or with the cache off)
             fut = futures[ck]
         else:
@@ -138,12 +145,30 @@ class Loader(Generic[K, V]):
         """A future for the values of ``keys``, in order (one batch, not one per key)."""
         return Gather([self(k) for k in keys], None, FIRST)
 
-    def _unhashable(self, key: Any, ck: Any) -> UsageError:
+    def _cache_key(self, key: K) -> Any:
+        try:
+            return self.key_fn(key)  # type: ignore[misc]
+        except Exception as error:
+            raise InvalidKeyError(
+                f"loader {self.name!r}: its key= function {short_repr(self.key_fn)} raised "
+                f"{error_text(error)} for key {short_repr(key)} ({type(key).__name__}); "
+                "make key= accept every key the loader is called with",
+                loader=self.name,
+                key=key,
+            ) from error
+
+    def _bad_key(self, key: Any, ck: Any, error: Exception) -> InvalidKeyError:
         what = "key" if ck is key else f"cache key {short_repr(ck)} (from key=) of key"
-        return UsageError(
+        if type(error) is TypeError:
+            problem = "which cannot be hashed"
+        else:
+            problem = f"whose hash or == raised {error_text(error)}"
+        return InvalidKeyError(
             f"loader {self.name!r} got {what} {short_repr(key)} ({type(ck).__name__}), "
-            "which cannot be hashed; pass key= to @batched to turn keys into hashable "
-            "cache keys (for example key=tuple for lists)"
+            f"{problem}; pass key= to @batched to turn keys into hashable "
+            "cache keys (for example key=tuple for lists)",
+            loader=self.name,
+            key=key,
         )
 
     # -- the cache of the current scope ---------------------------------------------
@@ -160,7 +185,7 @@ class Loader(Generic[K, V]):
     def prime(self, key: K, value: V) -> None:
         """Put ``value`` in the current scope's cache for ``key``, unless it is there already."""
         cache = self._scope_cache("prime")
-        ck = key if self.key_fn is None else self.key_fn(key)
+        ck = key if self.key_fn is None else self._cache_key(key)
         if ck not in cache:
             cache[ck] = resolved(value)
 
@@ -170,7 +195,7 @@ class Loader(Generic[K, V]):
         if not keys:
             cache.clear()
         for key in keys:
-            cache.pop(key if self.key_fn is None else self.key_fn(key), None)
+            cache.pop(key if self.key_fn is None else self._cache_key(key), None)
 
 
 class _LazyLoad(Future[Any]):
@@ -189,7 +214,11 @@ class _LazyLoad(Future[Any]):
             # Activation runs in the context that waits on us (a handler's step,
             # or asyncio code inside the scope), so the loader finds ``sched``
             # and ``scope`` there by itself.
-            real = loader(self._key)
+            try:
+                real = loader(self._key)
+            except Exception as error:  # a bad key fails this load, where it is awaited
+                self._set_exception(error)
+                return
             if real.done():
                 self._copy_from(real)
             else:

@@ -20,6 +20,16 @@ bounded latency. There is no timer: an idle loop flushes at once.
 
 Batches in flight do not block a round: when a fast batch finishes, its waiters
 run and their new keys are flushed while a slow batch is still running.
+
+What may never escape
+---------------------
+``run`` is called by the event loop. An exception escaping it would go to
+asyncio's "Exception in callback" log, and every task still on the ready queue,
+and every batch of the round, would wait forever. Tasks and batches resolve
+their own errors; should one still raise here, the task that raised fails with
+that error (waking its waiters) and the loop goes on. Only ``KeyboardInterrupt``
+and ``SystemExit`` leave, as they do from asyncio, and the batches of the round
+not flushed yet stay open for the next one.
 """
 
 from __future__ import annotations
@@ -39,8 +49,12 @@ __all__ = ["Scheduler", "current_scheduler", "scheduler_for"]
 class Runnable(Protocol):
     def _step(self) -> None: ...
 
+    def _crash(self, error: Exception) -> None: ...
+
 
 class Batch(Protocol):
+    loader: Any
+
     @property
     def loader_name(self) -> str: ...
 
@@ -80,9 +94,11 @@ class Scheduler:
 
     __slots__ = (
         "__weakref__",
+        "_cancelled",
         "_deferred",
         "_handle",
         "_inflight",
+        "_live",
         "_loop_ref",
         "_open",
         "_ready",
@@ -104,6 +120,13 @@ class Scheduler:
         self._deferred = 0
         self._handle: asyncio.Handle | None = None  # our queued wake-up, if any
         self._inflight = 0
+        # Tasks started and not finished. Counted, not kept: batchy.run looks for
+        # the tasks themselves only when this is not 0 at its end (rare), so the
+        # hot path pays one integer update per task.
+        self._live = 0
+        # Tasks cancelled while running: at the end of a run they are waited for,
+        # not cancelled again (their cleanup may still be yielding).
+        self._cancelled: weakref.WeakSet[Any] = weakref.WeakSet()
         self.current: Any = None  # the task being stepped, read by loaders and futures
         self.round = 0
 
@@ -178,8 +201,13 @@ class Scheduler:
         ready = self._ready
         try:
             while True:
-                while ready:
-                    ready.popleft()._step()
+                try:
+                    while ready:
+                        runnable = ready.popleft()
+                        runnable._step()
+                except Exception as error:  # see "What may never escape"
+                    runnable._crash(error)
+                    continue
                 self.current = None
                 if not self._open:
                     self._deferred = 0
@@ -207,5 +235,12 @@ class Scheduler:
                     sum(len(b) for b in batches),
                 )
             )
-        for batch in batches:
-            batch._flush(self.round)
+        for i, batch in enumerate(batches):
+            try:
+                batch._flush(self.round)
+            except BaseException:
+                # KeyboardInterrupt or SystemExit from a plain batch function (its
+                # keys are failed already): the rest of the round stays open.
+                for rest in batches[i + 1 :]:
+                    self._open.setdefault(rest.loader, rest)
+                raise

@@ -6,20 +6,35 @@ yields the future to us and reads the result itself, so it is sent ``None``.
 A task waits on exactly one future at a time (a yielded list becomes one
 :class:`~batchy._gather.Gather`) and is put back on the ready queue by that
 future's callback: a blocked task costs nothing until it can go on.
+
+Whatever goes wrong with what a handler yields (a plain value, a shape nested
+too deep, a task of another event loop, a wait that would close a cycle) is
+thrown back into the handler at that yield, so the handler can catch it and
+nothing else is disturbed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import types
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 from . import _gather, _hooks
 from ._errors import UsageError, YieldError, short_repr
-from ._future import DONE, PENDING, Future, failed, from_asyncio
-from ._gather import _LEAF_TYPES, Gather, _Awaitable, _BadLeaf, shape_of
+from ._future import DONE, PENDING, Future, from_asyncio
+from ._gather import (
+    _LEAF_TYPES,
+    Gather,
+    _Awaitable,
+    _BadLeaf,
+    _cycle_error,
+    find_cycle,
+    flat_gather,
+    shape_of,
+)
 from ._scheduler import Scheduler
 from ._scope import Scope
 
@@ -94,14 +109,23 @@ class Task(Future[T]):
             # A task started from plain asyncio code outside any scope gets a
             # scope of its own: its subtree shares a cache, nobody else does.
             self._scope = scope if scope is not None else Scope()
+            sched._live += 1
             sched._ready.append(self)  # Scheduler.enqueue, inlined for the hot path
             if not sched._running and not sched._scheduled:
                 sched._schedule()
+        elif self._state != PENDING:
+            return  # finished (perhaps in an earlier batchy.run): its outcome is here
         elif self._sched is not sched:
             raise UsageError(
-                f"task {self.name} was started on one event loop and awaited on another; "
-                "create the task on the loop that awaits it"
+                f"task {self.name} was started on one event loop and awaited on another "
+                "before it finished; create the task on the loop that awaits it"
             )
+        elif sched.current is not None:
+            # A running task is about to wait on this one, which is running too:
+            # make sure this one does not (through others) wait on it already.
+            cycle = find_cycle(self, sched.current)
+            if cycle is not None:
+                raise _cycle_error(cycle)
 
     def _on_done(self, fut: Future[Any]) -> None:
         sched: Scheduler = self._sched  # type: ignore[assignment]
@@ -112,26 +136,32 @@ class Task(Future[T]):
     def cancel(self, msg: str | None = None) -> bool:
         """Throw ``asyncio.CancelledError`` into the handler where it waits.
 
-        Returns False if the task has already finished. Tasks it started keep
-        running (they may have other waiters); the handler may catch the error
-        to clean up. A task that has not started is closed and fails at once.
+        Returns False if the task has already finished. What the task waits on
+        is cancelled too, but only if nothing else waits on it: a child task (or
+        a gather's leaf) that another parent shares keeps running for that
+        parent, and this task gets its ``CancelledError`` at once. The handler may
+        catch the error to clean up, and may yield while it does; that cleanup
+        runs to its end. A task that has not started is closed and fails at once.
         """
         if self._state != PENDING:
             return False
         error = asyncio.CancelledError(msg) if msg is not None else asyncio.CancelledError()
-        if self._sched is None:
+        sched = self._sched
+        if sched is None:
             self._coro.close()
             self._set_exception(error)
             return True
+        sched._cancelled.add(self)
         fut = self._waiting
-        if fut is not None and fut.cancel(msg):
-            return True  # an asyncio wait: its CancelledError reaches the handler
+        if fut is not None and fut._waiters is self and fut.cancel(msg):
+            return True  # only we wait on it: its CancelledError reaches the handler
         self._cancel = error
         if fut is not None:
-            # Stop waiting on it (so it cannot wake us twice) and run now.
+            # Shared or not cancellable: stop waiting on it (so it cannot wake
+            # us twice), leave it to its other waiters, and run now.
             fut._remove_waiter(self)
             self._waiting = None
-            self._sched.enqueue(self)
+            sched.enqueue(self)
         # Otherwise the task is already due to run: it sees the error then.
         return True
 
@@ -163,6 +193,7 @@ class Task(Future[T]):
                 self._coro = None  # type: ignore[assignment]
                 self._state = DONE  # Future._set_result, inlined
                 self._value = stop.value
+                self._sched._live -= 1  # type: ignore[union-attr]
                 waiter = self._waiters
                 if waiter is not None:
                     if type(waiter) is Gather:
@@ -184,20 +215,38 @@ class Task(Future[T]):
                 if isinstance(error, (KeyboardInterrupt, SystemExit)):
                     raise  # the process decides, not the scheduler
                 return
-            if type(y) is Future:  # a loader's key: nothing to start
-                pass
-            elif type(y) in _EMPTY and not y and not self._is_coro:
-                # An empty parallel yield (a leaf's children): nothing to wait
-                # for, so skip making, starting and resolving a Gather.
-                send = y  # the empty container itself: nothing to copy
-                throw = None
+            try:
+                if type(y) is Future:  # a loader's key: nothing to start
+                    pass
+                elif (kind := type(y)) is tuple or kind is list:
+                    if not y and not self._is_coro:
+                        # An empty parallel yield (a leaf's children): nothing to
+                        # wait for, so skip making, starting and resolving a Gather.
+                        send = y  # the empty container itself: nothing to copy
+                        throw = None
+                        continue
+                    # ``x, y = yield a(k), b(k)``: the idiom of every handler.
+                    fast = flat_gather(y)
+                    if fast is None:
+                        fast = shape_of(y)
+                        fast._activate(self._sched, self._scope)  # type: ignore[arg-type]
+                    y = fast
+                elif isinstance(y, Future):
+                    y._activate(self._sched, self._scope)  # type: ignore[arg-type]
+                else:
+                    y = self._to_future(y, self._sched)  # type: ignore[arg-type]
+                    if y is None:
+                        return
+            except Exception as error:
+                # What was yielded cannot be waited on: the handler gets the
+                # error at this yield (and may catch it).
+                send = None
+                throw = (
+                    self._yield_error(error.value, y, error.what)
+                    if isinstance(error, _BadLeaf)
+                    else error
+                )
                 continue
-            elif isinstance(y, Future):
-                y._activate(self._sched, self._scope)  # type: ignore[arg-type]
-            else:
-                y = self._to_future(y, self._sched)  # type: ignore[arg-type]
-                if y is None:
-                    return
             if y._state == PENDING:
                 self._waiting = y
                 waiters = y._waiters  # Future._add_waiter, inlined
@@ -218,13 +267,13 @@ class Task(Future[T]):
                     throw = y._value
 
     def _to_future(self, y: Any, sched: Scheduler) -> Future[Any] | None:
-        """Turn a yielded non-future into a future to wait on (``None``: wait for the loop)."""
+        """Turn a yielded non-future into a future to wait on (``None``: wait for the loop).
+
+        Raises ``_BadLeaf`` for a value that cannot be waited on.
+        """
         fut: Future[Any]
         if isinstance(y, (list, tuple, dict)):
-            try:
-                fut = shape_of(y)
-            except _BadLeaf as bad:
-                return failed(self._yield_error(bad.value, inside=y))
+            fut = shape_of(y)
             fut._activate(sched, self._scope)
             return fut
         if y is None and self._is_coro:
@@ -238,30 +287,48 @@ class Task(Future[T]):
             fut = _Awaitable(y)
             fut._activate(sched, self._scope)
             return fut
-        return failed(self._yield_error(y))
+        raise _BadLeaf(y)
 
-    def _yield_error(self, value: Any, inside: Any = None) -> YieldError:
-        where = f" inside {short_repr(inside)}" if inside is not None else ""
-        if callable(value):
-            hint = "Did you forget to call it?"
-        elif value is None:
-            hint = "A bare 'yield' waits for nothing: yield a future, or remove it."
+    def _yield_error(self, value: Any, yielded: Any, what: str = "") -> YieldError:
+        inside = "" if value is yielded else f" inside {short_repr(yielded)}"
+        if what:
+            hint = "Yield the futures themselves, in a list, tuple or dict of at most a few levels."
+            what = f"{what}{inside}"
         else:
-            hint = "To use a plain value, assign it instead of yielding it."
+            what = f"{short_repr(value)} ({type(value).__name__}){inside}"
+            if callable(value):
+                hint = "Did you forget to call it?"
+            elif value is None:
+                hint = "A bare 'yield' waits for nothing: yield a future, or remove it."
+            else:
+                hint = "To use a plain value, assign it instead of yielding it."
         return YieldError(
-            f"handler {self.name} ({self._location()}) yielded {short_repr(value)} "
-            f"({type(value).__name__}){where}; a handler may yield a batchy future or "
-            f"task, an asyncio awaitable, or a list / tuple / dict of them. {hint}"
+            f"handler {self.name} ({self._location()}) yielded {what}; a handler may "
+            f"yield a batchy future or task, an asyncio awaitable, or a list / tuple / "
+            f"dict of them. {hint}"
         )
 
     def _fail(self, error: BaseException) -> None:
+        self._sched._live -= 1  # type: ignore[union-attr]
         self._set_exception(error)
         if _hooks.hooks:
             _hooks.emit_task_failed(self, error)
 
+    def _crash(self, error: Exception) -> None:
+        """The scheduler caught ``error`` escaping a step: fail this task with it."""
+        if self._state == PENDING:
+            coro, self._coro = self._coro, None  # type: ignore[assignment]
+            try:
+                if coro is not None:
+                    coro.close()
+            except Exception:  # the handler's own cleanup failed too: we report the first
+                pass
+            self._fail(error)
+        else:  # it finished, and waking its waiters failed: nobody else to tell
+            log.error("batchy: error after task %s finished", self.name, exc_info=error)
 
-_EMPTY = (list, tuple, dict)
 
+log = logging.getLogger("batchy")
 
 _new_task = object.__new__
 
