@@ -118,7 +118,9 @@ class Scheduler:
         self._running = False
         self._scheduled = False
         self._deferred = 0
-        self._handle: asyncio.Handle | None = None  # our queued wake-up, if any
+        # Our queued wake-up, if any, held weakly: a handle refers to its loop, and a
+        # strong one here would keep a closed loop (and this scheduler) alive.
+        self._handle: weakref.ref[asyncio.Handle] | None = None
         self._inflight = 0
         # Tasks started and not finished. Counted, not kept: batchy.run looks for
         # the tasks themselves only when this is not 0 at its end (rare), so the
@@ -174,7 +176,7 @@ class Scheduler:
 
     def _schedule(self) -> None:
         self._scheduled = True
-        self._handle = self.loop.call_soon(self.run)
+        self._handle = weakref.ref(self.loop.call_soon(self.run))
 
     def _loop_busy(self) -> bool:
         # CPython's loop keeps its ready callbacks in ``_ready``; other loops
@@ -187,7 +189,8 @@ class Scheduler:
 
     def run(self) -> None:
         """Step ready tasks until none is left, flushing a round whenever all are blocked."""
-        handle, self._handle = self._handle, None
+        ref, self._handle = self._handle, None
+        handle = ref() if ref is not None else None
         if handle is not None:
             # Entered directly (batch_finished) while a wake-up is queued: drop it,
             # or _loop_busy takes it for other work and defers up to max_defer times.

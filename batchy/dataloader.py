@@ -11,10 +11,38 @@ can run: resolvers that take more loop hops still land in the same batch, and
 the loads of a DataLoader join the same rounds as every ``@batchy.batched``
 loader and handler.
 
-This module is built only on batchy's public API: each DataLoader owns one
-uncached :func:`batchy.batched` loader (which removes duplicate keys within a
-batch) and keeps its own cache, because in the DataLoader contract the cache
-belongs to the loader instance (one instance per request), not to a scope.
+This module is built on batchy's public API and on the waiter protocol of
+:class:`batchy.Future` (a future wakes each waiter's ``_on_done`` when it is
+resolved): each DataLoader owns one uncached :func:`batchy.batched` loader
+(which removes duplicate keys within a batch) and keeps its own cache, because
+in the DataLoader contract the cache belongs to the loader instance (one
+instance per request), not to a scope.
+
+What ``load()`` returns
+-----------------------
+Code written for aiodataloader treats what ``load()`` returns as an
+``asyncio.Future``, so each call returns a :class:`LoadFuture` of its own: a
+:class:`batchy.Future` (``await`` it from asyncio code, yield or await it in a
+batchy handler) that also has the ``asyncio.Future`` API: ``cancel(msg=None)``,
+``cancelled()``, ``done()``, ``result()``, ``exception()``,
+``add_done_callback(fn, *, context=None)``, ``remove_done_callback(fn)``,
+``set_result()``, ``set_exception()`` and ``get_loop()``.
+
+The value of a key is one shared future (the one in the cache and in the batch);
+every load follows it. Cancelling a load (``load.cancel()``, or cancelling the
+asyncio task or batchy handler that awaits it), or resolving it from outside
+with ``set_result()`` / ``set_exception()``, detaches that load only: the key
+stays in its batch, the batch function still gets it, the other loads of the
+key and the cache still get the batch function's value, and when the batch
+returns the detached load is simply skipped (never an ``InvalidStateError``,
+never a broken batch). As with asyncio, ``cancel()`` of a load that is done
+returns False, ``set_result()`` / ``set_exception()`` of one raise
+:class:`InvalidStateError` (an ``asyncio.InvalidStateError``), and so do
+``result()`` / ``exception()`` of a pending one. Unlike asyncio, done callbacks
+run as soon as the load is done (at once if it already is), not one loop
+iteration later; an error in one is logged, not raised. ``load_many()`` returns
+a :class:`batchy.Future` over the keys' shared futures: cancelling it fails it
+and leaves the keys alone.
 
 The contract, as graphql/dataloader documents it:
 
@@ -41,15 +69,20 @@ The contract, as graphql/dataloader documents it:
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 # Only batchy's public names: this module is a layer above the engine.
 from batchy import (
     Future,
+    InvalidKeyError,
     Loader,
     LoaderError,
+    Scope,
     UsageError,
     batched,
     failed,
@@ -58,7 +91,7 @@ from batchy import (
     short_repr,
 )
 
-__all__ = ["DataLoader", "InvalidKeyError"]
+__all__ = ["DataLoader", "InvalidKeyError", "InvalidStateError", "LoadFuture"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -66,8 +99,237 @@ V = TypeVar("V")
 LoadFn = Callable[[list[K]], Awaitable[Sequence[V | BaseException]] | Sequence[V | BaseException]]
 
 
-class InvalidKeyError(UsageError, TypeError):
-    """``load(None)``, or ``load_many`` of something that is not an iterable of keys."""
+class InvalidStateError(UsageError, asyncio.InvalidStateError):
+    """A load was resolved twice, or read before it was done (an ``asyncio.InvalidStateError``)."""
+
+
+_log = logging.getLogger("batchy")
+_new = object.__new__
+
+# A load follows its key's shared future through the waiter protocol every
+# batchy.Future has (``_add_waiter`` / ``_remove_waiter`` / ``_on_done``), and
+# reads its state; the state values are taken from futures, not hard-coded.
+_PENDING: int = Future()._state
+_DONE: int = resolved(None)._state
+_FAILED: int = failed(Exception())._state
+
+
+class LoadFuture(Future[V]):
+    """What :meth:`DataLoader.load` returns: one load of one key, with the ``asyncio.Future`` API.
+
+    It follows the key's shared future (the one in the loader's cache and batch)
+    and takes its outcome when the batch returns. Cancelling it or resolving it
+    from outside (``set_result`` / ``set_exception``) stops it following: other
+    loads of the key, the cache and the batch are not affected, and the batch
+    skips it when it returns. Like any :class:`batchy.Future` it can be awaited
+    from asyncio code, or yielded or awaited in a batchy handler.
+    """
+
+    __slots__ = ("_key", "_owner", "_shared")
+
+    _owner: DataLoader[Any, Any]
+    _key: Any
+    _shared: Future[Any] | None
+
+    def __init__(self, owner: DataLoader[Any, V], key: Any, shared: Future[V]) -> None:
+        """A load of ``key`` by ``owner`` following ``shared`` (what ``owner.load(key)`` makes)."""
+        super().__init__()
+        self._owner = owner
+        self._key = key
+        self._shared = None
+        if shared.done():
+            self._copy_from(shared)
+        else:
+            self._shared = shared
+            shared._add_waiter(self)
+
+    def __repr__(self) -> str:
+        key = short_repr(self._key)
+        return f"<LoadFuture {self._owner.name!r} key={key} {self._state_name()}>"
+
+    def _state_name(self) -> str:
+        if self._state == _PENDING:
+            return "pending"
+        if self._state == _DONE:
+            return "done"
+        return "cancelled" if self.cancelled() else "failed"
+
+    def _invalid(self, what: str) -> InvalidStateError:
+        return InvalidStateError(
+            f"DataLoader {self._owner.name!r}: {what} on the load of key "
+            f"{short_repr(self._key)}, which is already {self._state_name()}; a load is "
+            "resolved once. Check load.done() before resolving it from outside."
+        )
+
+    def _not_done(self, what: str) -> InvalidStateError:
+        return InvalidStateError(
+            f"DataLoader {self._owner.name!r}: {what} of the load of key "
+            f"{short_repr(self._key)} is not set yet; await the load (or yield it in a "
+            "batchy handler), or check load.done() first."
+        )
+
+    # -- following the shared future --------------------------------------------------
+
+    def _on_done(self, fut: Future[Any]) -> None:
+        # The key's shared future is resolved. A load cancelled or resolved from
+        # outside has detached itself already; the check covers a load detached
+        # while the shared future was waking its waiters.
+        self._shared = None
+        if self._state == _PENDING:
+            # Future._copy_from and _wake, inlined: this runs once per load.
+            self._state = fut._state
+            self._value = fut._value
+            waiters = self._waiters
+            if waiters is not None:
+                if isinstance(waiters, list):
+                    self._wake()
+                else:  # the usual single waiter (a handler, a gather, an await)
+                    self._waiters = None
+                    waiters._on_done(self)
+
+    def _detach(self) -> None:
+        shared = self._shared
+        if shared is not None:
+            self._shared = None
+            shared._remove_waiter(self)
+
+    def _activate(self, sched: Any, scope: Scope | None) -> None:
+        # A load made before any loop ran follows a lazy future: start it now.
+        shared = self._shared
+        if shared is not None and type(shared) is not Future:
+            shared._activate(sched, scope)
+
+    # -- the asyncio.Future API ---------------------------------------------------------
+
+    def result(self) -> V:
+        """The value; raises the load's error (``CancelledError`` if it was cancelled).
+
+        Raises :class:`InvalidStateError` if the load is not done yet.
+        """
+        state = self._state
+        if state == _DONE:
+            return self._value  # type: ignore[no-any-return]
+        if state == _FAILED:
+            raise self._value
+        raise self._not_done("the result")
+
+    def exception(self) -> BaseException | None:
+        """The load's error, or ``None`` if it has a value.
+
+        Raises ``CancelledError`` if the load was cancelled, and
+        :class:`InvalidStateError` if it is not done yet.
+        """
+        state = self._state
+        if state == _DONE:
+            return None
+        if state == _PENDING:
+            raise self._not_done("the exception")
+        error: BaseException = self._value
+        if isinstance(error, asyncio.CancelledError):
+            raise error
+        return error
+
+    def cancelled(self) -> bool:
+        """True if the load was cancelled: by :meth:`cancel`, by cancelling what awaits
+        it, or because its batch call was cancelled (or failed it with ``CancelledError``)."""
+        return self._state == _FAILED and isinstance(self._value, asyncio.CancelledError)
+
+    def cancel(self, msg: str | None = None) -> bool:
+        """Cancel this load only: True if it was pending, False if it was already done.
+
+        Its waiters get ``asyncio.CancelledError``. Other loads of the key, the
+        cache and the batch are not affected: the batch still loads the key.
+        """
+        if self._state != _PENDING:
+            return False
+        self._detach()
+        self._set_exception(
+            asyncio.CancelledError(msg) if msg is not None else asyncio.CancelledError()
+        )
+        return True
+
+    def set_result(self, result: V) -> None:
+        """Resolve this load from outside; the batch then skips it.
+
+        Other loads of the key and the cache still get the batch function's
+        value. Raises :class:`InvalidStateError` if the load is already done.
+        """
+        if self._state != _PENDING:
+            raise self._invalid("set_result()")
+        self._detach()
+        self._set_result(result)
+
+    def set_exception(self, exception: BaseException | type[BaseException]) -> None:
+        """Fail this load from outside; the batch then skips it.
+
+        An exception class is instantiated; ``StopIteration`` is refused with a
+        ``TypeError``, as asyncio does. Raises :class:`InvalidStateError` if the
+        load is already done.
+        """
+        if self._state != _PENDING:
+            raise self._invalid("set_exception()")
+        error = exception() if isinstance(exception, type) else exception
+        if type(error) is StopIteration:
+            raise TypeError(
+                "StopIteration interacts badly with generators and cannot be raised into a Future"
+            )
+        self._detach()
+        self._set_exception(error)
+
+    def add_done_callback(
+        self, fn: Callable[[LoadFuture[V]], object], *, context: contextvars.Context | None = None
+    ) -> None:
+        """Call ``fn(load)`` in ``context`` (default: the current one) when the load is done.
+
+        At once if it is done already (asyncio would wait one loop iteration).
+        An error raised by ``fn`` is logged, not raised.
+        """
+        callback = _DoneCallback(fn, context if context is not None else contextvars.copy_context())
+        if self._state != _PENDING:
+            callback._on_done(self)
+        else:
+            self._add_waiter(callback)
+
+    def remove_done_callback(self, fn: Callable[[LoadFuture[V]], object]) -> int:
+        """Remove every pending ``fn`` callback; returns how many were removed."""
+        waiters = self._waiters
+        if waiters is None:
+            return 0
+        if not isinstance(waiters, list):
+            if type(waiters) is _DoneCallback and waiters.fn == fn:
+                self._waiters = None
+                return 1
+            return 0
+        keep = [w for w in waiters if not (type(w) is _DoneCallback and w.fn == fn)]
+        removed = len(waiters) - len(keep)
+        if removed:
+            self._waiters = keep or None
+        return removed
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The running event loop: a load's batch runs on the loop that waits for it.
+
+        A load keeps no loop of its own (one made before any loop runs joins the
+        loop that first waits on it), so outside a running loop this raises
+        ``RuntimeError``, as ``asyncio.get_running_loop()`` does.
+        """
+        return asyncio.get_running_loop()
+
+
+class _DoneCallback:
+    """A done callback of a load, run in its context; its errors are logged, as asyncio does."""
+
+    __slots__ = ("context", "fn")
+
+    def __init__(self, fn: Callable[[Any], object], context: contextvars.Context) -> None:
+        self.fn = fn
+        self.context = context
+
+    def _on_done(self, fut: Future[Any]) -> None:
+        try:
+            self.context.run(self.fn, fut)
+        except Exception:
+            _log.exception("batchy: done callback %r of %r failed", self.fn, fut)
 
 
 class _DictCache:
@@ -120,8 +382,16 @@ class DataLoader(Generic[K, V]):
     aiodataloader (``get_cache_key``) and strawberry (``load_fn``) are accepted
     too, and ``loop=`` is ignored: batchy uses the running loop.
 
-    ``load`` returns a :class:`batchy.Future`: ``await`` it from asyncio code,
-    yield or await it inside a batchy handler.
+    ``load`` returns a :class:`LoadFuture` of its own on every call: a
+    :class:`batchy.Future` (``await`` it from asyncio code, yield or await it
+    inside a batchy handler) with the ``asyncio.Future`` API as well: ``cancel``,
+    ``cancelled``, ``done``, ``result``, ``exception``, ``add_done_callback``,
+    ``remove_done_callback``, ``set_result``, ``set_exception``, ``get_loop``.
+    A load cancelled, or resolved from outside, before its batch returns is
+    skipped when the batch resolves; the key is still loaded for the cache and
+    for its other loads, which a cancelled load never cancels. Resolving a load
+    that is done, or reading one that is pending, raises
+    :class:`InvalidStateError`.
     """
 
     def __init__(
@@ -170,32 +440,93 @@ class DataLoader(Generic[K, V]):
 
     # -- loading --------------------------------------------------------------------
 
-    def load(self, key: K) -> Future[V]:
-        """A future for ``key``'s value, sent in this round's batch (or taken from the cache)."""
+    def load(self, key: K) -> LoadFuture[V]:
+        """A future for ``key``'s value, sent in this round's batch (or taken from the cache).
+
+        Each call returns a :class:`LoadFuture` of its own, which follows the
+        key's shared future: cancelling or resolving it affects this load only.
+        """
+        # The body of _shared(), inlined: load() runs once per key per resolver.
         if key is None:
-            raise InvalidKeyError(
-                f"DataLoader {self.name!r}: load() must be called with a key, but got None. "
-                "Check the value you load (a missing foreign key?), and skip the load "
-                "when it is None."
-            )
-        if self.cache_map is None:
-            return self._loader(key)
-        ck = key if self.cache_key_fn is None else self.cache_key_fn(key)
-        fut: Future[V] | None = self.cache_map.get(ck)
-        if fut is None:
-            fut = self._loader(key)
-            self.cache_map.set(ck, fut)
+            raise self._none_key()
+        cache_map = self.cache_map
+        shared: Future[V] | None
+        if cache_map is None:
+            shared = self._loader(key)
+        else:
+            ck = key if self.cache_key_fn is None else self.cache_key_fn(key)
+            if type(cache_map) is _DictCache:  # the usual dict: its get and set, inlined
+                mapping = cache_map.map
+                shared = mapping.get(ck)
+                if shared is None:
+                    shared = mapping[ck] = self._loader(key)
+            else:
+                shared = cache_map.get(ck)
+                if shared is None:
+                    shared = self._loader(key)
+                    cache_map.set(ck, shared)
+        # LoadFuture(self, key, shared) without the __init__ call: once per load.
+        fut: LoadFuture[V] = _new(LoadFuture)
+        fut._owner = self
+        fut._key = key
+        fut._waiters = None
+        state = shared._state
+        if state == _PENDING:
+            fut._state = _PENDING
+            fut._value = None
+            fut._shared = shared
+            waiters = shared._waiters  # Future._add_waiter, inlined
+            if waiters is None:
+                shared._waiters = fut
+            elif type(waiters) is list:
+                waiters.append(fut)
+            else:
+                shared._waiters = [waiters, fut]
+        else:  # cached and done: take the outcome now
+            fut._state = state
+            fut._value = shared._value
+            fut._shared = None
         return fut
 
     def load_many(self, keys: Iterable[K]) -> Future[list[V]]:
-        """A future for the values of ``keys`` in order; fails with the first failing key."""
+        """A future for the values of ``keys`` in order; fails with the first failing key.
+
+        It waits on the keys' shared futures directly (no one can reach the
+        loads inside it): cancelling it fails it with ``CancelledError`` and
+        leaves the keys, their other loads and the cache alone.
+        """
         if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
             raise InvalidKeyError(
                 f"DataLoader {self.name!r}: load_many() must be called with an iterable of "
                 f"keys, but got {short_repr(keys)} ({type(keys).__name__}). For one key, "
-                "call load(key)."
+                "call load(key).",
+                loader=self.name,
+                key=keys,
             )
-        return gather(*[self.load(k) for k in keys])
+        return gather(*[self._shared(k) for k in keys])
+
+    def _shared(self, key: K) -> Future[V]:
+        """The future every load of ``key`` follows: the cached one, or a new one in the batch."""
+        if key is None:
+            raise self._none_key()
+        cache_map = self.cache_map
+        if cache_map is None:
+            return self._loader(key)
+        ck = self._ck(key)
+        shared: Future[V] | None = cache_map.get(ck)
+        if shared is None:
+            shared = self._loader(key)
+            cache_map.set(ck, shared)
+        return shared
+
+    def _none_key(self) -> InvalidKeyError:
+        return InvalidKeyError(
+            f"DataLoader {self.name!r}: load() must be called with a key, but got None. "
+            "Check the value you load (a missing foreign key?), and skip the load "
+            "when it is None.",
+            loader=self.name,
+            key=None,
+        )
 
     # -- the cache ------------------------------------------------------------------
 

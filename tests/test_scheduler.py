@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import weakref
 from typing import Any
 
 import pytest
@@ -98,3 +99,20 @@ def test_rounds_wait_for_asyncio_tasks_that_are_still_running() -> None:
         assert asyncio.run(main()) == list(range(5))
     assert calls == [[0, 1, 2, 3, 4]]
     assert rec.rounds == 1
+
+
+def test_a_loop_closed_with_a_wake_up_queued_is_not_kept_alive() -> None:
+    @batchy.batched
+    def ident(keys: list[int]) -> list[int]:
+        return keys
+
+    async def leave_a_batch_open() -> None:
+        ident(1)  # opens a batch and queues the scheduler's wake-up; nobody waits
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(leave_a_batch_open())
+    ref = weakref.ref(loop)
+    loop.close()
+    del loop
+    gc.collect()
+    assert ref() is None
