@@ -286,7 +286,10 @@ def test_three_workers_on_one_store_run_each_job_once(app: App) -> None:
     code = (
         "import asyncio, app_jobs\n"
         "q = app_jobs.queue\n"
-        "asyncio.run(q.enqueue_many(app_jobs.slow.call(str(i), 0.001) for i in range(600)))\n"
+        # 10 ms a job: 600 jobs keep one worker busy for 0.3 s, longer than a
+        # second worker process takes to start on a loaded machine (at 1 ms, the
+        # first worker could drain the queue before the others began).
+        "asyncio.run(q.enqueue_many(app_jobs.slow.call(str(i), 0.01) for i in range(600)))\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=HERE, env=app.env(), check=True, timeout=30)
     workers = [app.worker("--concurrency", "20", "--burst") for _ in range(3)]
