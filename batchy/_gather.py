@@ -252,7 +252,7 @@ class Gather(Future[Any]):
         started = 0
         leaf: Any  # a future, and where ``type(leaf) is task``, a Task
         for leaf in leaves:
-            if type(leaf) is task and leaf._sched is None:
+            if type(leaf) is task and leaf._sched is None and leaf._state == PENDING:
                 leaf._sched = sched
                 leaf._scope = scope
                 enqueue(leaf)

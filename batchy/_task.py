@@ -104,6 +104,10 @@ class Task(Future[T]):
         return f"{code.co_filename}:{code.co_firstlineno}"
 
     def _activate(self, sched: Scheduler, scope: Scope | None) -> None:
+        if self._state != PENDING:
+            # Finished, perhaps in an earlier batchy.run, or cancelled before it
+            # started (its handler is closed): its outcome is here, never start it.
+            return
         if self._sched is None:
             self._sched = sched
             # A task started from plain asyncio code outside any scope gets a
@@ -113,8 +117,6 @@ class Task(Future[T]):
             sched._ready.append(self)  # Scheduler.enqueue, inlined for the hot path
             if not sched._running and not sched._scheduled:
                 sched._schedule()
-        elif self._state != PENDING:
-            return  # finished (perhaps in an earlier batchy.run): its outcome is here
         elif self._sched is not sched:
             raise UsageError(
                 f"task {self.name} was started on one event loop and awaited on another "
@@ -156,16 +158,19 @@ class Task(Future[T]):
         if fut is not None and fut._waiters is self and fut.cancel(msg):
             return True  # only we wait on it: its CancelledError reaches the handler
         self._cancel = error
-        if fut is not None:
+        if fut is not None and fut._state == PENDING:
             # Shared or not cancellable: stop waiting on it (so it cannot wake
             # us twice), leave it to its other waiters, and run now.
             fut._remove_waiter(self)
             self._waiting = None
             sched.enqueue(self)
-        # Otherwise the task is already due to run: it sees the error then.
+        # Otherwise the task is already due to run (what it waited on is done and
+        # woke it): it sees the error then. Queuing it again would step it twice.
         return True
 
     def _step(self) -> None:
+        if self._state != PENDING:
+            return  # failed while queued (the scheduler crashed it): never resumed
         fut = self._waiting
         send: Any = None
         throw: BaseException | None = None

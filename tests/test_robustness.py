@@ -564,3 +564,86 @@ def test_cleanup_that_yields_after_a_timeout_runs_to_its_end() -> None:
         bounded(lambda: batchy.run(asyncio.wait_for(handler(), 0.05)))  # type: ignore[arg-type]
     assert steps == ["cancelled", 2, 4]
     assert calls == [[1], [2]]
+
+
+@pytest.mark.parametrize("kind", ["generator", "async"])
+def test_a_task_cancelled_before_it_started_is_never_stepped(kind: str) -> None:
+    calls: list[list[Any]] = []
+    double = counting(calls)
+
+    if kind == "async":
+
+        @batchy.task
+        async def child() -> Any:
+            return await double(1)
+
+    else:
+
+        @batchy.task
+        def child() -> Any:
+            return (yield double(1))
+
+    @batchy.task
+    def parent() -> Any:
+        c = child()
+        c.cancel()
+        alone, gathered = batchy.gather(c, return_exceptions=True), None
+        first = yield alone
+        try:
+            gathered = yield c
+        except asyncio.CancelledError as error:
+            gathered = type(error)
+        return [type(e) for e in first], gathered
+
+    got = bounded(lambda: batchy.run(parent()))
+    assert got == ([asyncio.CancelledError], asyncio.CancelledError)
+    assert calls == []
+
+
+@pytest.mark.parametrize("kind", ["generator", "async"])
+def test_cancelling_a_task_whose_wait_just_ended_steps_it_once(kind: str) -> None:
+    steps: list[str] = []
+    box: dict[str, Any] = {}
+
+    @batchy.batched
+    def load(keys: list[int]) -> list[int]:
+        return keys
+
+    if kind == "async":
+
+        @batchy.task
+        async def victim() -> Any:
+            try:
+                return await load(1)
+            except asyncio.CancelledError:
+                steps.append("cancelled")
+                raise
+
+    else:
+
+        @batchy.task
+        def victim() -> Any:
+            try:
+                return (yield load(1))
+            except asyncio.CancelledError:
+                steps.append("cancelled")
+                raise
+
+    @batchy.task
+    def killer() -> Any:
+        yield load(2)  # same batch as the victim's key: woken right after it
+        box["victim"].cancel()
+
+    @batchy.task
+    def root() -> Any:
+        box["victim"] = victim()
+        # The killer's key comes first in the batch: it runs, and cancels the
+        # victim, while the victim is already queued to take its value.
+        return (yield batchy.gather(killer(), box["victim"], return_exceptions=True))
+
+    got = bounded(lambda: batchy.run(root()))
+    assert [type(g) for g in got] == [type(None), asyncio.CancelledError]
+    assert steps == ["cancelled"]
+    # Stepped a second time, it used to end again: with None, or "cannot reuse
+    # already awaited coroutine", overwriting the CancelledError its waiters saw.
+    assert type(box["victim"].exception()) is asyncio.CancelledError
