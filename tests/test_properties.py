@@ -7,20 +7,12 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tree_helpers import FAILING_KEYS, KeyFailed, as_coro, handler_trees, load_leaves, value_of
 
 import batchy
 from batchy.testing import record
 
 N_LOADERS = 3
-FAILING_KEYS = {3, 7}
-
-
-class KeyFailed(Exception):
-    pass
-
-
-def value_of(loader: int, key: int) -> str:
-    return f"L{loader}:{key}"
 
 
 def make_loaders(max_batch_size: int | None) -> list[batchy.Loader[int, str]]:
@@ -45,14 +37,7 @@ def make_loaders(max_batch_size: int | None) -> list[batchy.Loader[int, str]]:
     return loaders
 
 
-leaves = st.tuples(st.just("load"), st.integers(0, N_LOADERS - 1), st.integers(0, 9))
-trees = st.recursive(
-    leaves,
-    lambda children: st.tuples(
-        st.sampled_from(["seq", "par"]), st.booleans(), st.lists(children, max_size=4)
-    ),
-    max_leaves=25,
-)
+trees = handler_trees(load_leaves(N_LOADERS), max_leaves=25)
 
 
 def naive(node: Any, time: int) -> tuple[Any, BaseException | None, int]:
@@ -112,7 +97,7 @@ def test_random_trees_match_naive_evaluation(tree: Any, max_batch_size: int | No
     expected, expected_error, depth = naive(root, 0)
     with record() as rec:
         try:
-            got = batchy.run(asyncio.wait_for(_as_coro(build(root, loaders)), 10))
+            got = batchy.run(asyncio.wait_for(as_coro(build(root, loaders)), 10))
             error = None
         except KeyFailed as e:
             got, error = None, e
@@ -131,7 +116,3 @@ def test_random_trees_match_naive_evaluation(tree: Any, max_batch_size: int | No
             limit = max_batch_size or len(keys) or 1
             assert all(len(b.keys) <= limit for b in chunks)
             assert len(chunks) == -(-len(keys) // limit)
-
-
-async def _as_coro(fut: batchy.Future[Any]) -> Any:
-    return await fut

@@ -68,10 +68,12 @@ def test_schedulers_do_not_keep_their_loops_alive() -> None:
     def ident(keys: list[int]) -> list[int]:
         return keys
 
+    gc.collect()
+    before = len(_scheduler._schedulers)  # what earlier tests left is not ours to judge
     for _ in range(5):
         batchy.run(ident(1))
     gc.collect()
-    assert len(_scheduler._schedulers) <= 1
+    assert len(_scheduler._schedulers) <= before + 1
 
 
 def test_rounds_wait_for_asyncio_tasks_that_are_still_running() -> None:
