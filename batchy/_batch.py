@@ -202,8 +202,8 @@ class Batch:
                     if not remaining:
                         waiter._finish()
                 elif type(waiter) is list:
-                    fut._waiters = waiter
-                    fut._wake()
+                    for each in waiter:  # Future._wake, inlined (its list is taken already)
+                        each._on_done(fut)
                 else:
                     waiter._on_done(fut)  # type: ignore[union-attr]
         if woke and not sched._running and not sched._scheduled:
