@@ -192,9 +192,15 @@ class Batch:
             if waiter is not None:
                 fut._waiters = None
                 if type(waiter) is Task and waiter._sched is sched:
-                    # The usual single waiter, a handler: Task._on_done, inlined.
-                    enqueue(waiter)
-                    woke = True
+                    # The usual single waiter, a handler: Task._on_done, inlined
+                    # (a handler waiting on several keys counts them down).
+                    remaining = waiter._remaining
+                    if remaining > 1:
+                        waiter._remaining = remaining - 1
+                    else:
+                        waiter._remaining = 0
+                        enqueue(waiter)
+                        woke = True
                 elif type(waiter) is Gather:
                     # A parallel yield: Gather._on_done, inlined (this key did not fail).
                     remaining = waiter._remaining - 1

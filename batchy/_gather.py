@@ -133,6 +133,7 @@ def shape_of(value: list[Any] | tuple[Any, ...] | dict[Any, Any], mode: int = FI
 
 _new_gather = object.__new__
 _value_of = operator.attrgetter("_value")  # in C: no comprehension frame per gather
+_state_of = operator.attrgetter("_state")
 _PLAIN = frozenset((Future,))
 
 
@@ -196,7 +197,9 @@ def find_cycle(start: Future[Any], waiter: Any) -> list[Any] | None:
             chain.reverse()  # start ... waiter
             return [waiter, *chain[:-1]]
         if isinstance(node, _task_type):
-            nexts = [node._waiting] if node._waiting is not None else []
+            waiting = node._waiting
+            # A tuple or list: loader futures, which wait on no task.
+            nexts = [waiting] if isinstance(waiting, Future) else []
         elif isinstance(node, Gather) and node._state == PENDING:
             nexts = node._leaves
         else:

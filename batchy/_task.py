@@ -3,9 +3,12 @@
 Both kinds have ``send`` and ``throw``. A generator handler yields what it waits
 on and is sent the result; a coroutine handler awaits, and its ``__await__``
 yields the future to us and reads the result itself, so it is sent ``None``.
-A task waits on exactly one future at a time (a yielded list becomes one
+A task waits on one future at a time (a yielded shape becomes one
 :class:`~batchy._gather.Gather`) and is put back on the ready queue by that
-future's callback: a blocked task costs nothing until it can go on.
+future's callback: a blocked task costs nothing until it can go on. The one
+exception is the idiom of every handler, ``x, y = yield a(k), b(k)``: a flat
+tuple or list of loader futures is waited on directly, the task counting its
+pending keys down, so a parallel yield costs about what one single yield does.
 
 Whatever goes wrong with what a handler yields (a plain value, a shape nested
 too deep, a task of another event loop, a wait that would close a cycle) is
@@ -24,13 +27,17 @@ from typing import Any, TypeVar
 
 from . import _gather, _hooks
 from ._errors import UsageError, YieldError, short_repr
-from ._future import DONE, PENDING, Future, from_asyncio
+from ._future import DONE, FAILED, PENDING, Future, from_asyncio
 from ._gather import (
     _LEAF_TYPES,
+    FIRST,
     Gather,
     _Awaitable,
     _BadLeaf,
+    _combine,
     _cycle_error,
+    _state_of,
+    _value_of,
     find_cycle,
     flat_gather,
     shape_of,
@@ -52,7 +59,16 @@ class Task(Future[T]):
     await it, gather it or pass it to :func:`batchy.run`.
     """
 
-    __slots__ = ("_cancel", "_coro", "_func", "_is_coro", "_sched", "_scope", "_waiting")
+    __slots__ = (
+        "_cancel",
+        "_coro",
+        "_func",
+        "_is_coro",
+        "_remaining",
+        "_sched",
+        "_scope",
+        "_waiting",
+    )
 
     def __new__(
         cls, coro: Handler[T], func: Callable[..., Any] | None = None, is_coro: bool | None = None
@@ -77,7 +93,11 @@ class Task(Future[T]):
         self._is_coro = is_coro if is_coro is not None else not inspect.isgenerator(coro)
         self._sched: Scheduler | None = None
         self._scope: Scope | None = None
-        self._waiting: Future[Any] | None = None
+        # What the task waits on: one future, or (``x, y = yield a(k), b(k)``)
+        # the yielded tuple or list of loader futures itself, with ``_remaining``
+        # counting its leaves still pending. No Gather is made for that idiom.
+        self._waiting: Any = None  # Future | tuple[Future, ...] | list[Future] | None
+        self._remaining = 0
         self._cancel: asyncio.CancelledError | None = None
         if isinstance(self, _CoroTask):
             self._cancel_requests = 0
@@ -130,6 +150,11 @@ class Task(Future[T]):
                 raise _cycle_error(cycle)
 
     def _on_done(self, fut: Future[Any]) -> None:
+        remaining = self._remaining
+        if remaining > 1:  # waiting on a tuple of futures, and others are pending
+            self._remaining = remaining - 1
+            return
+        self._remaining = 0
         sched: Scheduler = self._sched  # type: ignore[assignment]
         sched._ready.append(self)  # Scheduler.enqueue, inlined for the hot path
         if not sched._running and not sched._scheduled:
@@ -155,6 +180,18 @@ class Task(Future[T]):
             return True
         sched._cancelled.add(self)
         fut = self._waiting
+        if type(fut) is tuple or type(fut) is list:
+            # Loader futures (a parallel yield): they cannot be cancelled, and
+            # other handlers may want their keys. Stop waiting on them, run now.
+            self._cancel = error
+            if self._remaining:
+                for leaf in fut:
+                    if leaf._state == PENDING:
+                        leaf._remove_waiter(self)
+                self._remaining = 0
+                self._waiting = None
+                sched.enqueue(self)
+            return True  # (otherwise every leaf is done and the task is queued already)
         if fut is not None and fut._waiters is self and fut.cancel(msg):
             return True  # only we wait on it: its CancelledError reaches the handler
         self._cancel = error
@@ -177,7 +214,19 @@ class Task(Future[T]):
         if fut is not None:
             self._waiting = None
             if not self._is_coro:
-                if fut._state == DONE:
+                kind = type(fut)
+                if kind is tuple or kind is list:
+                    # A parallel yield of keys; two of them is the usual case.
+                    if len(fut) == 2 and fut[0]._state == DONE and fut[1]._state == DONE:
+                        first, second = fut
+                        send = (
+                            (first._value, second._value)
+                            if kind is tuple
+                            else [first._value, second._value]
+                        )
+                    else:
+                        send, throw = _outcome_of(fut, kind)
+                elif fut._state == DONE:
                     send = fut._value
                 else:
                     throw = fut._value
@@ -226,11 +275,35 @@ class Task(Future[T]):
                 elif (kind := type(y)) is tuple or kind is list:
                     if not y and not self._is_coro:
                         # An empty parallel yield (a leaf's children): nothing to
-                        # wait for, so skip making, starting and resolving a Gather.
+                        # wait for, so nothing to register or count.
                         send = y  # the empty container itself: nothing to copy
                         throw = None
                         continue
-                    # ``x, y = yield a(k), b(k)``: the idiom of every handler.
+                    if not self._is_coro and (
+                        (len(y) == 2 and type(y[0]) is Future and type(y[1]) is Future)
+                        or _PLAIN.issuperset(map(type, y))
+                    ):
+                        # ``x, y = yield a(k), b(k)``: the idiom of every handler.
+                        # The task waits on the loader futures themselves,
+                        # counting them down: no Gather to make, start and resolve.
+                        remaining = 0
+                        for leaf in y:
+                            if leaf._state == PENDING:
+                                remaining += 1
+                                waiters = leaf._waiters  # Future._add_waiter, inlined
+                                if waiters is None:
+                                    leaf._waiters = self
+                                elif type(waiters) is list:
+                                    waiters.append(self)
+                                else:
+                                    leaf._waiters = [waiters, self]
+                        if remaining:
+                            self._remaining = remaining
+                            self._waiting = y
+                            return
+                        # Every key is there already.
+                        send, throw = _outcome_of(y, kind)
+                        continue
                     fast = flat_gather(y)
                     if fast is None:
                         fast = shape_of(y)
@@ -334,6 +407,22 @@ class Task(Future[T]):
 
 
 log = logging.getLogger("batchy")
+
+_PLAIN = frozenset((Future,))
+
+
+def _outcome_of(
+    leaves: tuple[Future[Any], ...] | list[Future[Any]], kind: type
+) -> tuple[Any, BaseException | None]:
+    """What a parallel yield of resolved loader futures gives: (values, None) or (None, error).
+
+    As a gather would: the values in the yielded shape, or the first error in
+    the order given with the others noted on it.
+    """
+    if FAILED in map(_state_of, leaves):
+        return None, _combine([f._value for f in leaves if f._state == FAILED], FIRST)
+    return kind(map(_value_of, leaves)), None
+
 
 _new_task = object.__new__
 

@@ -39,6 +39,7 @@ def __call__(_batchy_self, {params}):
     _batchy_t._sched = None
     _batchy_t._scope = None
     _batchy_t._waiting = None
+    _batchy_t._remaining = 0
     _batchy_t._cancel = None{extra}
     return _batchy_t
 """
@@ -133,6 +134,7 @@ class TaskFunction(Generic[P, T]):
         t._sched = None
         t._scope = None
         t._waiting = None
+        t._remaining = 0
         t._cancel = None
         if isinstance(t, _CoroTask):
             t._cancel_requests = 0

@@ -496,3 +496,125 @@ def test_a_timeout_around_a_loader_wait_cancels_only_the_handler() -> None:
         return "loaded"
 
     assert batchy.run(batchy.gather(handler(), slow(2))) == ["timed out", 2]
+
+
+# -- a parallel yield of loader futures: the task waits on them directly -----------------
+
+
+def test_parallel_yield_of_keys_keeps_its_shape_and_waits_for_every_key() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+
+    @batchy.task
+    def handler(k: int) -> Any:
+        cached = yield double(k)
+        pair = yield double(k), double(k + 1)  # one key cached, one not
+        listed = yield [double(k + 2), double(k + 2)]  # the same future twice
+        both_cached = yield double(k), double(k + 1)
+        return cached, pair, listed, both_cached
+
+    assert batchy.run(handler(1)) == (2, (2, 4), [6, 6], (2, 4))
+    assert calls == [[1], [2], [3]]
+
+
+def test_parallel_yield_of_keys_raises_the_first_error_after_every_key_ended() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls, fail={1, 2})
+
+    @batchy.task
+    def handler() -> Any:
+        try:
+            yield double(3), double(2), double(1), double(4)
+        except ValueError as error:
+            return str(error), error.__notes__, double(4).done()
+
+    message, notes, fourth_done = batchy.run(handler())
+    assert message == "bad 2"
+    assert fourth_done
+    assert len(notes) == 1 and "1 other error(s)" in notes[0] and "bad 1" in notes[0]
+    assert calls == [[3, 2, 1, 4]]
+
+
+def test_cancelling_a_handler_waiting_on_keys_spares_other_handlers_of_those_keys() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+    steps: list[str] = []
+
+    @batchy.task
+    def victim() -> Any:
+        try:
+            yield double(1), double(2)
+        except asyncio.CancelledError:
+            steps.append("victim cancelled")
+            value = yield double(3)  # cleanup may still load
+            return ("cleaned up", value)
+        return "not cancelled"
+
+    @batchy.task
+    def other() -> Any:
+        return (yield double(2), double(1))
+
+    @batchy.task
+    def root() -> Any:
+        v, o = victim(), other()
+        started = yield [v, o, canceller(v)]
+        return started
+
+    @batchy.task
+    async def canceller(t: batchy.Task[Any]) -> None:
+        t.cancel()
+
+    assert batchy.run(root()) == [("cleaned up", 6), (4, 2), None]
+    assert steps == ["victim cancelled"]
+    assert calls == [[1, 2, 3]]  # the cleanup's key joined the round's batch
+
+
+def test_cancel_after_the_keys_arrived_steps_the_handler_once() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+    resumed: list[str] = []
+
+    @batchy.task
+    def victim() -> Any:
+        try:
+            yield double(1), double(2)
+            resumed.append("value")
+        except asyncio.CancelledError:
+            resumed.append("cancelled")
+        return len(resumed)
+
+    @batchy.task
+    def sibling(v: batchy.Task[Any]) -> Any:
+        yield double(2)
+        v.cancel()  # the keys are resolved: victim is queued, not waiting
+        return None
+
+    @batchy.task
+    def root() -> Any:
+        v = victim()
+        # sibling waits on key 2 before victim does, so it runs first when it arrives
+        return (yield sibling(v), v)
+
+    assert batchy.run(root()) == (None, 1)
+    assert resumed == ["cancelled"]
+
+
+def test_a_cycle_check_walks_past_a_handler_waiting_on_keys() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+
+    @batchy.task
+    def waiting() -> Any:
+        return (yield double(1), double(2))
+
+    @batchy.task
+    def root() -> Any:
+        w = waiting()
+        first = yield [w, late(w)]
+        return first
+
+    @batchy.task
+    def late(w: batchy.Task[Any]) -> Any:
+        return (yield w)  # w is running and waits on keys: no cycle, no crash
+
+    assert batchy.run(root()) == [(2, 4), (2, 4)]
