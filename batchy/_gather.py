@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ._scheduler import Scheduler
     from ._scope import Scope
 
-__all__ = ["Gather", "find_cycle", "gather", "is_awaitable_leaf", "shape_of"]
+__all__ = ["Gather", "find_cycle", "gather", "shape_of"]
 
 FIRST = 0
 RETURN = 1
@@ -55,10 +55,6 @@ class _Awaitable(Future[Any]):
 
     def cancel(self, msg: str | None = None) -> bool:
         return self._source is not None and self._source.cancel(msg)
-
-
-def is_awaitable_leaf(value: object) -> bool:
-    return inspect.isawaitable(value)
 
 
 #: How deep a yielded shape may nest. Deeper is almost surely a mistake (a

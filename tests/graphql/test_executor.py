@@ -200,3 +200,51 @@ def test_a_failed_argument_coercion_is_a_new_error_at_every_position(sync: bool)
         (reference.errors[0].message, ["items", i, "tag"]) for i in range(3)
     ]
     assert len({id(e.original_error or e) for e in result.errors}) == 3
+
+
+LIST_ARG_SDL = """
+type Query { byTags(tags: [String!]!): String, byId(id: Int!): String, other(id: Int!): String }
+"""
+
+
+def list_arg_schema(calls: list[tuple[str, list[Any]]]) -> gql.GraphQLSchema:
+    def loader(name: str) -> batchy.Loader[Any, str]:
+        @batchy.batched(name=name)
+        async def load(keys: list[Any]) -> list[str]:
+            calls.append((name, keys))
+            await asyncio.sleep(0.01)
+            return [f"{name} {k}" for k in keys]
+
+        return load
+
+    by_key, other = loader("by_key"), loader("other")
+    schema = gql.build_schema(LIST_ARG_SDL)
+    query = schema.query_type
+    assert query is not None
+    # The mistake: a list argument passed to a loader as one key (unhashable).
+    query.fields["byTags"].resolve = lambda root, info, tags: by_key(tags)
+    query.fields["byId"].resolve = lambda root, info, id: by_key(id)
+    query.fields["other"].resolve = lambda root, info, id: other(id)
+    return schema
+
+
+async def test_a_resolver_passing_a_list_to_a_loader_fails_only_its_field() -> None:
+    calls: list[tuple[str, list[Any]]] = []
+    schema = list_arg_schema(calls)
+    bad, good, mixed = await asyncio.wait_for(
+        asyncio.gather(
+            bgql.graphql(schema, '{ byTags(tags: ["a", "b"]) }'),
+            bgql.graphql(schema, "{ other(id: 2) }"),
+            bgql.graphql(schema, '{ byTags(tags: ["c"]) byId(id: 1) }'),
+        ),
+        timeout=5,  # before the fix, every request hung here
+    )
+    assert bad.data == {"byTags": None}
+    assert bad.errors is not None and len(bad.errors) == 1
+    message = bad.errors[0].message
+    assert "by_key" in message and "['a', 'b'] (list)" in message and "cannot be hashed" in message
+    assert "key=tuple" in message
+    assert bad.errors[0].path == ["byTags"]
+    assert good.errors is None and good.data == {"other": "other 2"}
+    assert mixed.data == {"byTags": None, "byId": "by_key 1"}
+    assert sorted(calls) == [("by_key", [1]), ("other", [2])]  # one call each, one round
