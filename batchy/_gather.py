@@ -193,9 +193,8 @@ def find_cycle(start: Future[Any], waiter: Any) -> list[Any] | None:
             chain.reverse()  # start ... waiter
             return [waiter, *chain[:-1]]
         if isinstance(node, _task_type):
-            waiting = node._waiting
-            # A tuple or list: loader futures, which wait on no task.
-            nexts = [waiting] if isinstance(waiting, Future) else []
+            # (Loader keys waited on in ``_keys`` wait on no task themselves.)
+            nexts = [node._waiting] if node._waiting is not None else []
         elif isinstance(node, Gather) and node._state == PENDING:
             nexts = node._leaves
         else:

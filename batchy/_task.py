@@ -64,6 +64,7 @@ class Task(Future[T]):
         "_coro",
         "_func",
         "_is_coro",
+        "_keys",
         "_remaining",
         "_sched",
         "_scope",
@@ -94,9 +95,10 @@ class Task(Future[T]):
         self._sched: Scheduler | None = None
         self._scope: Scope | None = None
         # What the task waits on: one future, or (``x, y = yield a(k), b(k)``)
-        # the yielded tuple or list of loader futures itself, with ``_remaining``
-        # counting its leaves still pending. No Gather is made for that idiom.
-        self._waiting: Any = None  # Future | tuple[Future, ...] | list[Future] | None
+        # in ``_keys`` the yielded tuple or list of loader futures itself, with
+        # ``_remaining`` counting those still pending. No Gather for that idiom.
+        self._waiting: Future[Any] | None = None
+        self._keys: tuple[Future[Any], ...] | list[Future[Any]] | None = None
         self._remaining = 0
         self._cancel: asyncio.CancelledError | None = None
         if isinstance(self, _CoroTask):
@@ -179,19 +181,20 @@ class Task(Future[T]):
             self._set_exception(error)
             return True
         sched._cancelled.add(self)
-        fut = self._waiting
-        if type(fut) is tuple or type(fut) is list:
+        keys = self._keys
+        if keys is not None:
             # Loader futures (a parallel yield): they cannot be cancelled, and
             # other handlers may want their keys. Stop waiting on them, run now.
             self._cancel = error
             if self._remaining:
-                for leaf in fut:
+                for leaf in keys:
                     if leaf._state == PENDING:
                         leaf._remove_waiter(self)
                 self._remaining = 0
-                self._waiting = None
+                self._keys = None
                 sched.enqueue(self)
-            return True  # (otherwise every leaf is done and the task is queued already)
+            return True  # (otherwise every key is there and the task is queued already)
+        fut = self._waiting
         if fut is not None and fut._waiters is self and fut.cancel(msg):
             return True  # only we wait on it: its CancelledError reaches the handler
         self._cancel = error
@@ -214,22 +217,22 @@ class Task(Future[T]):
         if fut is not None:
             self._waiting = None
             if not self._is_coro:
-                kind = type(fut)
-                if kind is tuple or kind is list:
-                    # A parallel yield of keys; two of them is the usual case.
-                    if len(fut) == 2 and fut[0]._state == DONE and fut[1]._state == DONE:
-                        first, second = fut
-                        send = (
-                            (first._value, second._value)
-                            if kind is tuple
-                            else [first._value, second._value]
-                        )
-                    else:
-                        send, throw = _outcome_of(fut, kind)
-                elif fut._state == DONE:
+                if fut._state == DONE:
                     send = fut._value
                 else:
                     throw = fut._value
+        elif (keys := self._keys) is not None:
+            self._keys = None
+            # A parallel yield of keys; two of them is the usual case.
+            if len(keys) == 2 and keys[0]._state == DONE and keys[1]._state == DONE:
+                first, second = keys
+                send = (
+                    (first._value, second._value)
+                    if type(keys) is tuple
+                    else [first._value, second._value]
+                )
+            else:
+                send, throw = _outcome_of(keys)
         if self._cancel is not None:
             send = None
             throw, self._cancel = self._cancel, None
@@ -299,10 +302,10 @@ class Task(Future[T]):
                                     leaf._waiters = [waiters, self]
                         if remaining:
                             self._remaining = remaining
-                            self._waiting = y
+                            self._keys = y
                             return
                         # Every key is there already.
-                        send, throw = _outcome_of(y, kind)
+                        send, throw = _outcome_of(y)
                         continue
                     fast = flat_gather(y)
                     if fast is None:
@@ -412,7 +415,7 @@ _PLAIN = frozenset((Future,))
 
 
 def _outcome_of(
-    leaves: tuple[Future[Any], ...] | list[Future[Any]], kind: type
+    leaves: tuple[Future[Any], ...] | list[Future[Any]],
 ) -> tuple[Any, BaseException | None]:
     """What a parallel yield of resolved loader futures gives: (values, None) or (None, error).
 
@@ -421,7 +424,7 @@ def _outcome_of(
     """
     if FAILED in map(_state_of, leaves):
         return None, _combine([f._value for f in leaves if f._state == FAILED], FIRST)
-    return kind(map(_value_of, leaves)), None
+    return type(leaves)(map(_value_of, leaves)), None
 
 
 _new_task = object.__new__

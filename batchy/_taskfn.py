@@ -28,7 +28,7 @@ P = ParamSpec("P")
 # The body of TaskFunction.__call__ (Task.__init__ inlined: pages make tens of
 # thousands of tasks), generated per handler with the handler's parameters.
 _CALL_TEMPLATE = """
-def __call__(_batchy_self, {params}):
+def __call__({params}):
     _batchy_t = _batchy_new(_batchy_Task)
     _batchy_t._state = _batchy_PENDING
     _batchy_t._value = None
@@ -39,6 +39,7 @@ def __call__(_batchy_self, {params}):
     _batchy_t._sched = None
     _batchy_t._scope = None
     _batchy_t._waiting = None
+    _batchy_t._keys = None
     _batchy_t._remaining = 0
     _batchy_t._cancel = None{extra}
     return _batchy_t
@@ -120,7 +121,9 @@ class TaskFunction(Generic[P, T]):
         if cls is TaskFunction:
             call = _fast_call(fn)
             if call is not None:
-                kind = type(cls.__name__, (cls,), {"__call__": call, "__slots__": ()})
+                # A staticmethod, so no self parameter: argument errors then give
+                # Python's own counts ("takes 1 positional argument but 3 were given").
+                kind = type(cls.__name__, (cls,), {"__call__": staticmethod(call), "__slots__": ()})
         return super().__new__(kind)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Task[T]:
@@ -134,6 +137,7 @@ class TaskFunction(Generic[P, T]):
         t._sched = None
         t._scope = None
         t._waiting = None
+        t._keys = None
         t._remaining = 0
         t._cancel = None
         if isinstance(t, _CoroTask):
