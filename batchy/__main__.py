@@ -22,9 +22,10 @@ import logging
 import os
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 
-from batchy.jobs import ConfigError, Queue
+from batchy.jobs import ConfigError, JobError, Queue
 
 __all__ = ["load_app", "main"]
 
@@ -42,11 +43,15 @@ def load_app(spec: str | None) -> Queue:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
+    except ModuleNotFoundError as error:
+        if error.name is None or not f"{module_name}.".startswith(f"{error.name}."):
+            raise _import_failed(spec, module_name, error) from error
         raise ConfigError(
             f"app {spec!r}: cannot import module {module_name!r} ({error}); run from the "
             "directory that contains it, or fix PYTHONPATH"
         ) from error
+    except Exception as error:  # the app's own code failed: say where, in one line
+        raise _import_failed(spec, module_name, error) from error
     queue = getattr(module, attr, None)
     if not isinstance(queue, Queue):
         raise ConfigError(
@@ -54,6 +59,18 @@ def load_app(spec: str | None) -> Queue:
             "point at the Queue object your jobs are declared on"
         )
     return queue
+
+
+def _import_failed(spec: str, module_name: str, error: Exception) -> ConfigError:
+    if isinstance(error, SyntaxError):
+        where = f"{error.filename}:{error.lineno}"
+    else:
+        frames = traceback.extract_tb(error.__traceback__)
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+    return ConfigError(
+        f"app {spec!r}: importing module {module_name!r} failed with "
+        f"{type(error).__name__}: {error} (at {where}); fix that code, then start again"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -218,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     try:
         code = asyncio.run(_COMMANDS[args.command](args))
-    except ConfigError as error:
+    except JobError as error:  # a bad option, app, argument or delay: no traceback
         print(f"batchy: error: {error}", file=sys.stderr)
         code = 2
     except asyncio.CancelledError:

@@ -1,26 +1,65 @@
-"""The Lua scripts of the Redis job store; each runs atomically in Redis (see redis_jobs)."""
+"""The Lua scripts of the Redis job store; each runs atomically in Redis (see redis_jobs).
+
+Every time they compare or store comes from Redis's own ``TIME`` (``clock()``),
+never from the calling worker, whose clock may be off: a time a caller hands in
+arrives as an offset from the moment it was sent.
+"""
 
 from __future__ import annotations
 
-__all__ = ["PUSH", "CYCLE", "HEARTBEAT", "STATUS", "INFO", "DEAD_MOVE", "SAVE", "KEYS"]
+__all__ = [
+    "PUSH", "CYCLE", "HEARTBEAT", "STATUS", "INFO", "DEAD_MOVE", "SAVE", "KEYS", "NEXT_DUE",
+]  # fmt: skip
 
 LIB = """
 local p = ARGV[1]
+-- The store's clock: the only one that decides leases and due times.
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
 local function qof(id)
   local m = redis.call('HGET', p..'meta', id)
   if not m then return nil end
   return string.sub(m, 1, string.find(m, '\\t', 1, true) - 1)
 end
+-- Wake-ups (see redis_jobs): wake:<queue> holds at most one token, which an idle
+-- worker of the queue takes with BLPOP: '1' (jobs are ready) or 'd' (also a new
+-- due time: the worker reads the next one again). The queues made ready here:
+local touched = {}
+local function wake(q, due)
+  local k = p..'wake:'..q
+  if redis.call('LLEN', k) == 0 then
+    redis.call('RPUSH', k, due and 'd' or '1')
+  elseif due then
+    redis.call('LSET', k, 0, 'd')
+  end
+end
+-- At the end of a script: a token for each queue that has ready jobs left, among
+-- those touched and `also` (the queues a worker just claimed from: when it had no
+-- room for all, the wake-up it may have taken goes on to another worker).
+local function wake_left(also)
+  for _, q in ipairs(also) do touched[q] = true end
+  for q in pairs(touched) do
+    if redis.call('LLEN', p..'q:'..q) > 0 then wake(q) end
+  end
+end
 local function ready(id, q, at, front)
   redis.call('HSET', p..'meta', id, q..'\\t'..at)
   if front then redis.call('LPUSH', p..'q:'..q, id) else redis.call('RPUSH', p..'q:'..q, id) end
+  touched[q] = true
 end
 local function promote(id, now)
   local m = redis.call('HGET', p..'meta', id)
   if not m then return end
   local tab = string.find(m, '\t', 1, true)
   local q, at = string.sub(m, 1, tab - 1), tonumber(string.sub(m, tab + 1))
-  if at > now then redis.call('ZADD', p..'sched', at, id) else ready(id, q, now, false) end
+  if at > now then
+    redis.call('ZADD', p..'sched', at, id)
+    wake(q, true)  -- a new due time: a waiting worker re-reads its deadline
+  else
+    ready(id, q, now, false)
+  end
 end
 -- A job left the store: if it headed its key, the key's next job becomes the head.
 local function leave(id, now)
@@ -47,11 +86,14 @@ end
 PUSH = (
     LIB
     + """
-local now = tonumber(ARGV[2])
+local now = clock()
 local out = {}
-for i = 3, #ARGV, 7 do
-  local id, q, payload, due = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]
+for i = 2, #ARGV, 7 do
+  -- off: seconds from now until the job is due ('' for now), on Redis's clock.
+  local id, q, payload, off = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]
   local uniq, ttl, key = ARGV[i+4], ARGV[i+5], ARGV[i+6]
+  local at = now
+  if off ~= '' then at = now + tonumber(off) end
   local ok = 1
   if redis.call('HEXISTS', p..'jobs', id) == 1 then ok = 0 end
   if ok == 1 and uniq ~= '' and not redis.call('SET', p..'uniq:'..uniq, '1', 'NX', 'PX', ttl) then
@@ -61,18 +103,18 @@ for i = 3, #ARGV, 7 do
     redis.call('HSET', p..'jobs', id, payload)
     redis.call('SADD', p..'queues', q)
     if join(id, key) then
-      local at = now
-      if due ~= '' then at = tonumber(due) end
       redis.call('HSET', p..'meta', id, q..'\t'..at)
-    elseif due ~= '' and tonumber(due) > now then
-      redis.call('HSET', p..'meta', id, q..'\\t'..due)
-      redis.call('ZADD', p..'sched', due, id)
+    elseif at > now then
+      redis.call('HSET', p..'meta', id, q..'\\t'..at)
+      redis.call('ZADD', p..'sched', at, id)
+      wake(q, true)  -- a new due time: a waiting worker re-reads its deadline
     else
       ready(id, q, now, false)
     end
   end
   out[#out+1] = ok
 end
+wake_left({})
 return out
 """
 )
@@ -80,26 +122,37 @@ return out
 CYCLE = (
     LIB
     + """
-local now, worker, lease, limit = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
-local dead_max, dead_age, nq = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local now = clock()
+local lease, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+local dead_max, dead_age, nq = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local queues = {}
-for i = 1, nq do queues[i] = ARGV[8 + i] end
+for i = 1, nq do queues[i] = ARGV[6 + i] end
 local buried = false
-for i = 9 + nq, #ARGV, 8 do
-  local kind, id, q, payload, due, result, keep, extra =
-    ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5], ARGV[i+6], ARGV[i+7]
-  redis.call('ZREM', p..'leases', id)
-  redis.call('HDEL', p..'owner', id)
+local refused = {}
+for i = 7 + nq, #ARGV, 9 do
+  local kind, id, token, q, payload, off, result, keep, extra =
+    ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5], ARGV[i+6], ARGV[i+7],
+    ARGV[i+8]
+  -- Fencing: only the holder of the job's current lease token may speak for it.
+  if redis.call('HGET', p..'owner', id) ~= token then
+    refused[#refused+1] = id
+    kind = 'refused'
+  else
+    redis.call('ZREM', p..'leases', id)
+    redis.call('HDEL', p..'owner', id)
+  end
   if kind == 'done' then
     redis.call('HDEL', p..'jobs', id)
     redis.call('HDEL', p..'meta', id)
     leave(id, now)
     if tonumber(keep) > 0 then redis.call('SET', p..'result:'..id, result, 'PX', keep) end
   elseif kind == 'retry' then
+    local due = now + tonumber(off)
     redis.call('HSET', p..'jobs', id, payload)
     local qq = qof(id) or q
     redis.call('HSET', p..'meta', id, qq..'\\t'..due)
     redis.call('ZADD', p..'retry', due, id)
+    wake(qq, true)  -- a new due time: a waiting worker re-reads its deadline
   elseif kind == 'dead' then
     redis.call('HDEL', p..'jobs', id)
     redis.call('HDEL', p..'meta', id)
@@ -144,7 +197,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..'leases', '-inf', now, 'LIMIT
   local q = qof(id)
   if q then ready(id, q, now, true) end
 end
-local out = {}
+local out, dropped = {}, {}
 local got = 0
 for _, q in ipairs(queues) do
   if got >= limit then break end
@@ -153,26 +206,35 @@ for _, q in ipairs(queues) do
     for _, id in ipairs(ids) do
       local payload = redis.call('HGET', p..'jobs', id)
       if payload then
+        -- A fresh lease token per claim, from a counter that never goes back.
+        local token = tostring(redis.call('INCR', p..'claims'))
         redis.call('ZADD', p..'leases', now + lease, id)
-        redis.call('HSET', p..'owner', id, worker)
-        out[#out+1] = id; out[#out+1] = q; out[#out+1] = payload
+        redis.call('HSET', p..'owner', id, token)
+        out[#out+1] = id; out[#out+1] = q; out[#out+1] = payload; out[#out+1] = token
         got = got + 1
+      else
+        -- An id whose payload is gone (deleted by hand, evicted): nothing to run.
+        -- Drop what is left of it, free its key, and tell the caller, who logs it.
+        redis.call('HDEL', p..'meta', id)
+        leave(id, now)
+        dropped[#dropped+1] = id; dropped[#dropped+1] = q
       end
     end
   end
 end
-return out
+wake_left(queues)
+return {out, refused, dropped}
 """
 )
 
 HEARTBEAT = (
     LIB
     + """
-local now, worker, lease, info = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local now, worker, lease, info = clock(), ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local lost = {}
-for i = 6, #ARGV do
-  local id = ARGV[i]
-  if redis.call('HGET', p..'owner', id) == worker then
+for i = 5, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i+1]
+  if redis.call('HGET', p..'owner', id) == token then
     redis.call('ZADD', p..'leases', now + lease, id)
   else
     lost[#lost+1] = id
@@ -203,7 +265,7 @@ return {'unknown'}
 INFO = (
     LIB
     + """
-local now = tonumber(ARGV[2])
+local now = clock()
 local counts = {}
 local function bump(zset, slot)
   for _, id in ipairs(redis.call('ZRANGE', p..zset, 0, -1)) do
@@ -232,17 +294,17 @@ for _, w in ipairs(redis.call('ZRANGE', p..'workers', 0, -1)) do
   local info = redis.call('GET', p..'worker:'..w)
   if info then workers[#workers+1] = info end
 end
-return {out, redis.call('ZCARD', p..'dead'), workers}
+return {out, redis.call('ZCARD', p..'dead'), workers, string.format('%.6f', now)}
 """
 )
 
 DEAD_MOVE = (
     LIB
     + """
-local now, retry, all = tonumber(ARGV[2]), ARGV[3] == '1', ARGV[4] == '1'
+local now, retry, all = clock(), ARGV[2] == '1', ARGV[3] == '1'
 local ids = {}
 if all then ids = redis.call('ZRANGE', p..'dead', 0, -1) else
-  for i = 5, #ARGV do ids[#ids+1] = ARGV[i] end
+  for i = 4, #ARGV do ids[#ids+1] = ARGV[i] end
 end
 local n = 0
 for _, id in ipairs(ids) do
@@ -263,20 +325,24 @@ for _, id in ipairs(ids) do
     end
   end
 end
+wake_left({})
 return n
 """
 )
 
 
-SAVE = """
-local p, id, worker, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if redis.call('HGET', p..'owner', id) ~= worker or redis.call('HEXISTS', p..'jobs', id) == 0 then
+SAVE = (
+    LIB
+    + """
+local id, token, payload, lease = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+if redis.call('HGET', p..'owner', id) ~= token or redis.call('HEXISTS', p..'jobs', id) == 0 then
   return 0
 end
 redis.call('HSET', p..'jobs', id, payload)
-redis.call('ZADD', p..'leases', ARGV[5], id)
+redis.call('ZADD', p..'leases', clock() + lease, id)
 return 1
 """
+)
 
 # An operator's view (`batchy info`): it reads every keyed job; no claim ever does.
 KEYS = (
@@ -303,6 +369,21 @@ for _, k in ipairs(order) do
                    lease and '1' or '0', lease or '0', tostring(due), retry and '1' or '0'}
   end
 end
-return out
+return {out, string.format('%.6f', clock())}
+"""
+)
+
+# Seconds until the earliest delayed or retry job falls due (on Redis's clock),
+# and that due time; nothing when none is waiting.
+NEXT_DUE = (
+    LIB
+    + """
+local best
+for _, zset in ipairs({'sched', 'retry'}) do
+  local first = redis.call('ZRANGE', p..zset, 0, 0, 'WITHSCORES')
+  if first[2] and (not best or tonumber(first[2]) < best) then best = tonumber(first[2]) end
+end
+if not best then return {} end
+return {string.format('%.6f', best - clock()), string.format('%.6f', best)}
 """
 )

@@ -5,7 +5,8 @@ Keys (all under ``prefix``, default ``batchy:``):
 - ``q:<queue>`` a list of ready job ids; ``queues`` the set of queue names;
 - ``jobs`` a hash id -> payload; ``meta`` a hash id -> ``queue<TAB>ready time``;
 - ``sched`` / ``retry`` sorted sets of delayed / retrying ids by due time;
-- ``leases`` a sorted set of claimed ids by lease expiry, ``owner`` id -> worker;
+- ``leases`` a sorted set of claimed ids by lease expiry, ``owner`` id -> the lease
+  token of its current claim (from the counter ``claims``);
 - ``dead`` a sorted set by death time, ``deadinfo`` id -> JSON; ``result:<id>``;
 - ``uniq:<key>`` unique enqueue keys; ``workers`` and ``worker:<id>`` live workers;
 - ``okey`` a hash id -> ordering key, and ``k:<key>`` a list of the key's ids in push
@@ -18,7 +19,28 @@ A claim never deletes a job: it moves the id from its list to ``leases``, so a
 worker that dies leaves its jobs there, and the next ``cycle`` of any worker
 (one script: apply outcomes, move due jobs, recover expired leases, claim) puts
 them back. Scripts run atomically in Redis, so every due or orphaned job moves
-exactly once. Not for Redis Cluster (the scripts build key names).
+exactly once. An outcome, heartbeat or progress save names the lease token of
+its claim, and the script applies it only while ``owner`` still holds that token
+(fencing: a worker that stalled past its lease cannot speak for the job any
+more). Every time is Redis's own ``TIME``, read inside the scripts: the workers'
+clocks never decide a lease or a due time. Not for Redis Cluster (the scripts
+build key names).
+
+Wake-ups: ``wake:<queue>`` is a list holding at most one token. Every script
+that makes a job ready in a queue, or sets a new due time (a delayed push, a
+retry), pushes the token if the list is empty; an idle worker waits for it with
+one ``BLPOP`` on the wake lists of its queues, on a connection of its own (a
+blocking command holds its connection; cycles go through the main client). Why
+a list and not pub/sub: a token waits for its taker, so a worker busy between
+its cycle and its ``BLPOP`` still gets it (a published message nobody is
+subscribed to at that instant is gone), and ``BLPOP`` hands one token to one
+worker, so a push wakes one idle worker, not the whole fleet. Each cycle ends
+by pushing the token again for every queue it leaves ready jobs in (it had no
+room for them), so a wake-up taken by a worker that filled up goes on to the
+next. Delayed jobs: before it blocks, a worker reads the earliest due time of
+``sched`` and ``retry`` (Redis's clock) and waits no longer than that; its
+``BLPOP`` stays outstanding across that deadline, so an idle worker always has
+exactly one blocking command in Redis.
 
 ::
 
@@ -28,8 +50,12 @@ exactly once. Not for Redis Cluster (the scripts build key names).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -40,6 +66,7 @@ from batchy.jobs import (
     DEAD_MAX_AGE,
     Backend,
     Claimed,
+    Claims,
     DeadJob,
     Envelope,
     Info,
@@ -53,6 +80,16 @@ from batchy.jobs import (
 from . import _redis_scripts as lua
 
 __all__ = ["RedisBackend"]
+
+log = logging.getLogger("batchy.jobs")
+
+
+@dataclass(slots=True)
+class _Wait:
+    """A worker's ``BLPOP`` on its wake lists, kept from one ``wait_for_work`` to the next."""
+
+    task: asyncio.Future[Any]
+    since: float  # the loop's time when it was sent
 
 
 class RedisBackend(Backend):
@@ -80,6 +117,12 @@ class RedisBackend(Backend):
         # A blocking client for push_sync (enqueue from code without an event loop),
         # made on first use; the worker never needs it.
         self._sync: redis.Redis | None = None
+        #: Queue entries dropped because their job had no payload (see ``cycle``).
+        self.dropped = 0
+        # Idle workers' BLPOPs, on a client of their own made on first use.
+        self._blocker: aioredis.Redis | None = None
+        self._waits: dict[str, _Wait] = {}
+        self._due: dict[str, float] = {}  # per worker, the next due time last read
         self._scripts = {
             name: self.redis.register_script(source)
             for name, source in (
@@ -91,6 +134,7 @@ class RedisBackend(Backend):
                 ("dead_move", lua.DEAD_MOVE),
                 ("save", lua.SAVE),
                 ("keys", lua.KEYS),
+                ("next_due", lua.NEXT_DUE),
             )
         }
 
@@ -102,9 +146,11 @@ class RedisBackend(Backend):
 
     @staticmethod
     def _push_args(envelopes: Sequence[Envelope], now: float) -> list[Any]:
-        args: list[Any] = [now]
+        Backend.check_envelopes(envelopes)
+        args: list[Any] = []
         for e in envelopes:
-            due = "" if e.due is None else repr(e.due)
+            # Only the offset crosses over: the script adds it to Redis's TIME.
+            due = "" if e.due is None else repr(e.due - now)
             ttl = int(e.unique_ttl * 1000) if e.unique is not None else 0
             args += [e.id, e.queue, e.payload, due, e.unique or "", max(ttl, 1), e.key or ""]
         return args
@@ -130,10 +176,10 @@ class RedisBackend(Backend):
         worker: str,
         lease: float,
         now: float,
-    ) -> list[Claimed]:
-        args: list[Any] = [now, worker, lease, limit, self.dead_max, self.dead_max_age]
+    ) -> Claims:
+        args: list[Any] = [lease, limit, self.dead_max, self.dead_max_age]
         args += [len(queues), *queues]
-        for o in outcomes:
+        for o in self.screen_outcomes(outcomes):
             extra = ""
             if o.kind == "dead":
                 extra = json.dumps(
@@ -148,28 +194,44 @@ class RedisBackend(Backend):
             args += [
                 o.kind,
                 o.id,
+                o.token,
                 o.queue,
                 o.payload or "",
-                repr(o.due),
+                # Only a retry's due counts, sent as an offset the script adds to TIME.
+                repr(o.due - now) if o.kind == "retry" else "0",
                 result,
                 int(o.keep * 1000),
                 extra,
             ]
-        flat = await self._run("cycle", *args)
-        return [Claimed(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+        flat, refused, dropped = await self._run("cycle", *args)
+        for i in range(0, len(dropped), 2):
+            self.dropped += 1
+            log.warning(
+                "queue %r held job id %r with no payload (its job hash entry was deleted by "
+                "hand or evicted; configure Redis with maxmemory-policy noeviction); dropped "
+                "it (%d such entries so far)",
+                dropped[i + 1],
+                dropped[i],
+                self.dropped,
+            )
+        claimed = (Claimed(*flat[i : i + 4]) for i in range(0, len(flat), 4))
+        return Claims(claimed, refused)
 
     async def heartbeat(
-        self, worker: WorkerInfo, ids: Sequence[str], lease: float, now: float
+        self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float
     ) -> list[str]:
-        lost = await self._run("heartbeat", now, worker.id, lease, worker.to_json(), *ids)
+        pairs = [v for pair in held for v in pair]
+        lost = await self._run("heartbeat", worker.id, lease, worker.to_json(), *pairs)
         return list(lost)
 
     async def save_progress(
-        self, job_id: str, worker: str, payload: str, lease: float, now: float
+        self, job_id: str, token: str, payload: str, lease: float, now: float
     ) -> bool:
-        return bool(await self._run("save", job_id, worker, payload, now + lease))
+        return bool(await self._run("save", job_id, token, payload, lease))
 
     async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
+        rows, store_now = await self._run("keys")
+        shift = now - float(store_now)  # Redis's times are reported on the caller's clock
         found = [
             KeyInfo.of_head(
                 key,
@@ -177,16 +239,80 @@ class RedisBackend(Backend):
                 int(n),
                 head,
                 running=leased == "1",
-                lease=float(lease),
-                due=float(due),
+                lease=float(lease) + shift,
+                due=float(due) + shift,
                 retrying=retry == "1",
                 now=now,
             )
-            for key, queue, n, head, leased, lease, due, retry in await self._run("keys")
+            for key, queue, n, head, leased, lease, due, retry in rows
         ]
         return self.rank_keys(found, limit)
 
+    def _blocking(self) -> aioredis.Redis:
+        """The client for BLPOPs: same server and options, its own connections."""
+        if self._blocker is None:
+            pool = self.redis.connection_pool
+            # No socket timeout: BLPOP's own timeout bounds the wait.
+            options = {**pool.connection_kwargs, "socket_timeout": None}
+            self._blocker = aioredis.Redis(
+                connection_pool=aioredis.ConnectionPool(
+                    connection_class=pool.connection_class, **options
+                )
+            )
+        return self._blocker
+
+    async def _blpop(self, keys: list[str], timeout: float) -> Any:
+        # redis-py types the timeout as an int; Redis takes seconds as a float.
+        return await self._blocking().blpop(keys, timeout)  # type: ignore[arg-type,misc]
+
+    async def wait_for_work(self, worker: str, queues: Sequence[str], timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        wait = self._waits.get(worker)
+        if wait is not None and loop.time() - wait.since > 2 * timeout + 5.0:
+            # No answer long after its own timeout: the connection died silently.
+            wait.task.cancel()
+            wait = None
+        if wait is None:
+            keys = [self.prefix + "wake:" + q for q in queues]
+            blpop = self._blpop(keys, max(timeout, 0.01))
+            wait = self._waits[worker] = _Wait(asyncio.ensure_future(blpop), loop.time())
+        # The next due time (on the loop's clock) is read again only when it may
+        # have changed: at first, after a 'd' token or a BLPOP timeout, once passed.
+        due_at = self._due.get(worker)
+        if due_at is None or due_at <= loop.time():
+            due = await self._run("next_due")
+            due_at = loop.time() + float(due[0]) if due else math.inf
+            self._due[worker] = due_at
+        # Redis times blocked commands out only to a tenth of a second (hz 10): too
+        # coarse for due times, which are timed here. Without one, BLPOP's own
+        # timeout ends the wait (a little grace for it: a BLPOP that outlived the
+        # call would end the next one at once).
+        due_in = due_at - loop.time()
+        if due_in >= timeout:
+            due_in = timeout + 0.25
+        if due_in > 0:  # else a delayed job is due already: the next cycle moves it
+            # asyncio.wait never cancels: when the due time comes first, the BLPOP
+            # stays outstanding for the next call.
+            await asyncio.wait([wait.task], timeout=due_in)
+        if wait.task.done():
+            if self._waits.get(worker) is wait:
+                del self._waits[worker]
+            token = wait.task.result()  # a failed BLPOP raises: the worker polls instead
+            if token is None or token[1] not in ("1", b"1"):
+                self._due.pop(worker, None)
+
+    @staticmethod
+    async def _end(wait: _Wait | None) -> None:
+        if wait is None:
+            return
+        wait.task.cancel()
+        await asyncio.wait([wait.task])
+        if not wait.task.cancelled():
+            wait.task.exception()  # retrieved: it ended on its own before the cancel
+
     async def forget_worker(self, worker_id: str) -> None:
+        self._due.pop(worker_id, None)
+        await self._end(self._waits.pop(worker_id, None))
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.zrem(self.prefix + "workers", worker_id)
             pipe.delete(self.prefix + "worker:" + worker_id)
@@ -202,12 +328,12 @@ class RedisBackend(Backend):
         return JobStatus(job_id, state)
 
     async def info(self, now: float) -> Info:
-        rows, dead, workers = await self._run("info", now)
+        rows, dead, workers, store_now = await self._run("info")
         queues = [
             QueueInfo(
                 name,
                 int(size),
-                max(0.0, now - float(at)) if at else 0.0,
+                max(0.0, float(store_now) - float(at)) if at else 0.0,
                 int(running),
                 int(scheduled),
                 int(retrying),
@@ -242,12 +368,18 @@ class RedisBackend(Backend):
         return out
 
     async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
-        return int(await self._run("dead_move", now, 1, int(ids is None), *(ids or ())))
+        return int(await self._run("dead_move", 1, int(ids is None), *(ids or ())))
 
     async def delete_dead(self, ids: Sequence[str] | None) -> int:
-        return int(await self._run("dead_move", 0, 0, int(ids is None), *(ids or ())))
+        return int(await self._run("dead_move", 0, int(ids is None), *(ids or ())))
 
     async def close(self) -> None:
         if self._sync is not None:
             self._sync.close()
+        waits, self._waits = list(self._waits.values()), {}
+        for wait in waits:
+            await self._end(wait)
+        if self._blocker is not None:
+            await self._blocker.aclose()
+            await self._blocker.connection_pool.disconnect()
         await self.redis.aclose()

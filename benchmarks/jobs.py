@@ -1,4 +1,4 @@
-"""Job queues on one local Redis: batchy vs arq, SAQ and RQ (SimpleWorker); batchy on SQLite too.
+"""Job queues on one local Redis: batchy vs arq, SAQ, RQ (SimpleWorker), huey; batchy on SQLite too.
 
 For each system, one worker process (started fresh per scenario, timed from the
 moment it is ready until the last job finished, counted in-process):
@@ -9,6 +9,13 @@ moment it is ready until the last job finished, counted in-process):
   (RQ's SimpleWorker runs one job at a time: that is its model);
 - jobs/s and SQL queries when each job loads one row from MariaDB (batchy through
   a loader, so the jobs running at once share one ``IN (...)`` query).
+
+Pick-up latency (batchy, SAQ, arq, huey with 100 gevent greenlets): one idle
+worker process, concurrency 100; this process enqueues one job per call at 200
+and then 2,000 jobs/s (2 s each), then 200 delayed jobs due 50-500 ms after
+their enqueue. Each job carries the time of its enqueue call (or its due time);
+the handler's first line notes ``time.time()`` minus that (same machine, so the
+clocks agree): p50/p99 per workload.
 
 Redis database 12 is flushed before each run (only that database). MariaDB is
 ``root@127.0.0.1:3306``, database ``test``, table ``bench_job_users``.
@@ -22,14 +29,20 @@ import asyncio
 import contextlib
 import json
 import os
+import random
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
+from queue import Empty, SimpleQueue
 from typing import Any
 
-from benchmarks._util import table
+from benchmarks._util import ratio, table
 
 REDIS_URL = "redis://127.0.0.1:6379/12"
 MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": "", "db": "test"}
@@ -39,6 +52,10 @@ SCALE = float(os.environ.get("BATCHY_BENCH_SCALE", "1"))  # 0.1 for a quick look
 SIZES = {k: int(v * SCALE) for k, v in {"noop": 10_000, "io": 5_000, "db": 5_000}.items()}
 RQ_SIZES = {k: int(v * SCALE) for k, v in {"noop": 2_000, "io": 400, "db": 2_000}.items()}
 ENQUEUE_N = int(2_000 * SCALE)
+LATENCY_RATES = (200, 2_000)  # jobs/s, one phase each
+LATENCY_SECONDS = max(0.5, 2.0 * SCALE)  # per rate
+DELAYED_N = max(20, int(200 * SCALE))  # spread over one second, due 50-500 ms after enqueue
+DELAYED_PHASE = len(LATENCY_RATES)
 
 # -- the jobs, declared the same way in the client and the worker process ---------------
 
@@ -51,6 +68,15 @@ def _finish_one() -> None:
     DONE["count"] += 1
     if DONE["count"] >= DONE["target"] and EVENT is not None:
         EVENT.set()
+
+
+LAGS: dict[int, list[float]] = {}
+
+
+def _started(phase: int, at: float) -> None:
+    """A latency job's first step: how long after ``at`` (its enqueue or due time) it started."""
+    LAGS.setdefault(phase, []).append(time.time() - at)
+    _finish_one()
 
 
 async def _select_one(uid: int) -> Any:
@@ -88,6 +114,10 @@ def batchy_queue(backend: Any) -> Any:
         await users_by_id(uid)
         _finish_one()
 
+    @queue.job(name="lat")
+    async def lat(phase: int, at: float) -> None:
+        _started(phase, at)
+
     return queue
 
 
@@ -105,6 +135,10 @@ async def arq_db(ctx: Any, i: int) -> None:
     _finish_one()
 
 
+async def arq_lat(ctx: Any, phase: int, at: float) -> None:
+    _started(phase, at)
+
+
 async def saq_noop(ctx: Any, *, i: int) -> None:
     _finish_one()
 
@@ -117,6 +151,10 @@ async def saq_io(ctx: Any, *, i: int) -> None:
 async def saq_db(ctx: Any, *, i: int) -> None:
     await _select_one(i)
     _finish_one()
+
+
+async def saq_lat(ctx: Any, *, phase: int, at: float) -> None:
+    _started(phase, at)
 
 
 RQ_CONN: Any = None
@@ -142,7 +180,14 @@ def rq_db(i: int) -> None:
 # -- the worker process -------------------------------------------------------------
 
 
-async def _worker_async(system: str, scenario: str, n: int, store: str) -> dict[str, float]:
+async def _announce(scenario: str) -> None:
+    """For the latency client: the worker has started and gone idle."""
+    if scenario == "lat":
+        await asyncio.sleep(0.5)
+        print("ready", flush=True)
+
+
+async def _worker_async(system: str, scenario: str, n: int, store: str) -> dict[str, Any]:
     global EVENT, POOL
     EVENT = asyncio.Event()
     DONE["target"] = n
@@ -152,9 +197,12 @@ async def _worker_async(system: str, scenario: str, n: int, store: str) -> dict[
         POOL = await aiomysql.create_pool(minsize=10, maxsize=10, **MYSQL)
     if system.startswith("batchy"):
         queue = batchy_queue(_batchy_backend(store))
-        worker = queue.worker(concurrency=CONCURRENCY, poll_interval=0.05, lease=60)
+        # Latency runs with the default poll interval: what it shows is the wake-up.
+        poll = 0.5 if scenario == "lat" else 0.05
+        worker = queue.worker(concurrency=CONCURRENCY, poll_interval=poll, lease=60)
         start = time.perf_counter()
         task = asyncio.create_task(worker.run())
+        await _announce(scenario)
         await EVENT.wait()
         elapsed = time.perf_counter() - start
         worker.stop()
@@ -164,13 +212,14 @@ async def _worker_async(system: str, scenario: str, n: int, store: str) -> dict[
         from arq.connections import RedisSettings
         from arq.worker import Worker as ArqWorker
 
-        fn = {"noop": arq_noop, "io": arq_io, "db": arq_db}[scenario]
+        fn = {"noop": arq_noop, "io": arq_io, "db": arq_db, "lat": arq_lat}[scenario]
         arq_worker = ArqWorker(
             [fn], redis_settings=RedisSettings(database=12), max_jobs=CONCURRENCY,
             poll_delay=0.01, handle_signals=False, queue_read_limit=CONCURRENCY,
         )  # fmt: skip
         start = time.perf_counter()
         task = asyncio.create_task(arq_worker.main())
+        await _announce(scenario)
         await EVENT.wait()
         elapsed = time.perf_counter() - start
         task.cancel()
@@ -182,11 +231,12 @@ async def _worker_async(system: str, scenario: str, n: int, store: str) -> dict[
         from saq import Queue as SaqQueue
         from saq import Worker as SaqWorker
 
-        fn = {"noop": saq_noop, "io": saq_io, "db": saq_db}[scenario]
+        fn = {"noop": saq_noop, "io": saq_io, "db": saq_db, "lat": saq_lat}[scenario]
         saq_queue = SaqQueue.from_url(REDIS_URL)
         saq_worker = SaqWorker(saq_queue, [fn], concurrency=CONCURRENCY)
         start = time.perf_counter()
         task = asyncio.create_task(saq_worker.start())
+        await _announce(scenario)
         await EVENT.wait()
         elapsed = time.perf_counter() - start
         await saq_worker.stop()
@@ -194,7 +244,7 @@ async def _worker_async(system: str, scenario: str, n: int, store: str) -> dict[
     if POOL is not None:
         POOL.close()
         await POOL.wait_closed()
-    return {"elapsed": elapsed, "jobs": DONE["count"], "queries": DONE["queries"]}
+    return {"elapsed": elapsed, "jobs": DONE["count"], "queries": DONE["queries"], "lags": LAGS}
 
 
 def _worker_rq(scenario: str, n: int) -> dict[str, float]:
@@ -364,6 +414,196 @@ def _measure(system: str, store: str) -> dict[str, Any]:
     return row
 
 
+# -- pick-up latency -----------------------------------------------------------------
+
+Send = Callable[[int, float, bool], Awaitable[None]]
+
+
+async def _latency_sender(system: str, store: str) -> tuple[Send, Callable[[], Awaitable[Any]]]:
+    """``send(phase, at, delayed)`` enqueues one latency job of ``system``; and a closer."""
+    if system.startswith("batchy"):
+        queue = batchy_queue(_batchy_backend(store))
+        job = queue.jobs["lat"]
+
+        async def send_batchy(phase: int, at: float, delayed: bool) -> None:
+            await (job.options(at=at) if delayed else job).enqueue(phase, at)
+
+        return send_batchy, queue.close
+    if system == "arq":
+        from arq import create_pool
+        from arq.connections import RedisSettings
+
+        pool = await create_pool(RedisSettings(database=12))
+
+        async def send_arq(phase: int, at: float, delayed: bool) -> None:
+            until = datetime.fromtimestamp(at, tz=UTC) if delayed else None
+            await pool.enqueue_job("arq_lat", phase, at, _defer_until=until)
+
+        return send_arq, pool.aclose
+    if system == "saq":
+        from saq import Queue as SaqQueue
+
+        saq_queue = SaqQueue.from_url(REDIS_URL)
+
+        async def send_saq(phase: int, at: float, delayed: bool) -> None:
+            await saq_queue.enqueue("saq_lat", phase=phase, at=at, scheduled=at if delayed else 0)
+
+        return send_saq, saq_queue.disconnect
+    from benchmarks._huey_jobs import HUEY, huey_lat
+
+    async def send_huey(phase: int, at: float, delayed: bool) -> None:
+        if delayed:
+            huey_lat.schedule(args=(phase, at), delay=at - time.time())
+        else:
+            huey_lat(phase, at)
+
+    async def close_huey() -> None:
+        HUEY.storage.conn.close()
+
+    return send_huey, close_huey
+
+
+async def _latency_client(system: str, store: str) -> float:
+    """Enqueue the latency workloads one job per call; the rate the fastest phase reached."""
+    send, close = await _latency_sender(system, store)
+    reached = 0.0
+    for phase, rate in enumerate(LATENCY_RATES):
+        n = int(rate * LATENCY_SECONDS)
+        start = time.perf_counter()
+        for i in range(n):
+            ahead = start + i / rate - time.perf_counter()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            await send(phase, time.time(), False)
+        reached = n / (time.perf_counter() - start)
+        await asyncio.sleep(0.3)  # the worker is idle again
+    rng = random.Random(1)
+    for _ in range(DELAYED_N):
+        await send(DELAYED_PHASE, time.time() + rng.uniform(0.05, 0.5), True)
+        await asyncio.sleep(1.0 / DELAYED_N)
+    await close()
+    return reached
+
+
+def _measure_latency(system: str, store: str) -> dict[str, Any]:
+    """p50/p99 lag (s) per phase of one worker process of ``system``, and the rate reached."""
+    _reset(store)
+    total = sum(int(r * LATENCY_SECONDS) for r in LATENCY_RATES) + DELAYED_N
+    root = Path(__file__).resolve().parent.parent
+    if system == "huey":  # huey_consumer -k greenlet, gevent-patched first as huey asks
+        patched = (
+            "from gevent import monkey; monkey.patch_all()\n"
+            "from huey.bin.huey_consumer import consumer_main; consumer_main()"
+        )
+        cmd = [sys.executable, "-c", patched, "benchmarks._huey_jobs.HUEY"]
+        cmd += ["-k", "greenlet", "-w", str(CONCURRENCY), "-q"]  # -q: no log line per task
+    else:
+        cmd = [sys.executable, "-m", "benchmarks.jobs", "--worker", system, "lat", str(total)]
+        cmd.append(store)
+    env = {**os.environ, "PYTHONPATH": str(root), "BATCHY_BENCH_LAG_TOTAL": str(total)}
+    lines: SimpleQueue[str] = SimpleQueue()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=err, text=True
+        )  # fmt: skip
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put("")  # the worker exited
+
+        def expect(prefix: str, timeout: float) -> str:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except Empty:
+                    line = ""
+                if line.startswith(prefix):
+                    return line
+                if not line:
+                    err.seek(0)
+                    tail = err.read()[-3000:]
+                    raise RuntimeError(f"{system} latency worker: no {prefix!r}:\n{tail}")
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            expect("ready", 60)
+            reached = asyncio.run(_latency_client(system, store))
+            lags = {int(k): v for k, v in json.loads(expect("{", 60))["lags"].items()}
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    _reset(store)
+    row: dict[str, Any] = {"reached": reached}
+    for phase, values in lags.items():
+        cuts = statistics.quantiles(values, n=100)
+        row[phase] = (statistics.median(values), cuts[98])
+    return row
+
+
+def latency(sqlite_path: str) -> None:
+    """Print the pick-up latency table."""
+    systems = [
+        ("batchy (Redis)", "batchy", "redis"),
+        ("batchy (SQLite)", "batchy-sqlite", sqlite_path),
+        ("SAQ", "saq", "redis"),
+        ("arq", "arq", "redis"),
+        ("huey (gevent)", "huey", "redis"),
+    ]
+    rows = {}
+    for label, system, store in systems:
+        print(f"  latency of {label} ...", flush=True)
+        rows[label] = _measure_latency(system, store)
+    ours = rows["batchy (Redis)"]
+
+    def ms(seconds: float) -> str:
+        return f"{seconds * 1000:,.1f}"
+
+    body = []
+    for label, _, _ in systems:
+        r = rows[label]
+        cells = [label]
+        for phase in (*range(len(LATENCY_RATES)), DELAYED_PHASE):
+            cells += [ms(r[phase][0]), ms(r[phase][1])]
+        cells += [
+            f"{r['reached']:,.0f}",
+            ratio(r[0][0], ours[0][0]),
+            ratio(r[1][0], ours[1][0]),
+        ]
+        body.append(cells)
+    rates = [f"{rate:,}/s" for rate in LATENCY_RATES]
+    header = ["system"]
+    for name in (*rates, "delayed: late"):
+        header += [f"{name} p50", "p99"]
+    header += [f"{rates[-1]} reached", f"p50 vs ours, {rates[0]}", rates[-1]]
+    print(
+        table(
+            f"pick-up latency, ms from the enqueue call (another process) to the handler's "
+            f"start; one worker process, concurrency {CONCURRENCY}; {LATENCY_SECONDS:g} s per "
+            f"rate; {DELAYED_N} delayed jobs (lateness vs due). arq polls every 10 ms (tuned)",
+            header,
+            body,
+        )
+    )
+    sqlite = rows["batchy (SQLite)"]
+    redis_p50 = max(ours[p][0] for p in range(len(LATENCY_RATES)))
+    redis_p99 = max(ours[p][1] for p in range(len(LATENCY_RATES)))
+    sqlite_p50 = max(sqlite[p][0] for p in range(len(LATENCY_RATES)))
+    late = max(abs(x) for r in (ours, sqlite) for x in r[DELAYED_PHASE])
+    print(
+        f"targets: Redis p50 <= 1 ms: {ms(redis_p50)}, p99 <= 5 ms: {ms(redis_p99)}; "
+        f"SQLite p50 <= 5 ms: {ms(sqlite_p50)}; delayed within 10 ms of due: "
+        f"{ms(late)} (worst of the p50/p99s, Redis and SQLite)"
+    )
+
+
 def main() -> None:
     _setup_mysql()
     sqlite_path = str(Path(tempfile.gettempdir()) / "batchy-bench-jobs.db")
@@ -420,10 +660,13 @@ def main() -> None:
         f"(target 2x); SELECTs per job: {fewest / max(ours['queries_per_job'], 1e-9):.0f}x "
         "fewer than the fewest of any peer (target 10x)"
     )
+    latency(sqlite_path)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+    if sys.argv[1:] == ["latency"]:  # the latency table alone
+        latency(str(Path(tempfile.gettempdir()) / "batchy-bench-jobs.db"))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--worker":
         # RQ imports job functions by name (benchmarks.jobs.rq_noop): run everything
         # in that module, not in __main__, so the counters are the ones jobs update.
         from benchmarks import jobs as module  # noqa: PLW0406

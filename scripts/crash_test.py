@@ -1,4 +1,4 @@
-"""Kill -9 workers under load and count what went wrong: lost, duplicated and out-of-order jobs.
+"""Kill -9, pause and skew workers under load; count lost, duplicated and out-of-order jobs.
 
 ::
 
@@ -9,16 +9,24 @@ Per store: ``--jobs`` ordered jobs over ``--keys`` keys (each carries its key's
 sequence number; a few are delayed, some fail at random and are retried after
 a short backoff) and a sharded run over ``--rows`` rows, all at once, on
 ``--workers`` worker processes. About every ``--kill-every`` seconds one random
-worker is killed with SIGKILL and a new one started. Each handler appends what
-it does to its process's own log (one unbuffered ``write`` per line, so a kill
+worker is killed with SIGKILL and a new one started; about every
+``--pause-every`` seconds another is paused (SIGSTOP) for twice the lease, so
+its leases move to other workers, then resumed (SIGCONT) to report on jobs that
+are no longer its own; and one worker's clock is ``--skew`` seconds off (fast,
+then slow after each restart). Each handler appends what it does to its
+process's own log (one unbuffered ``write`` per line, so a kill
 never leaves half a line); the numbers come from those logs:
 
 - lost: jobs that never finished; rows missed: rows no batch covered;
 - run more than once: handler runs beyond one per attempt, against the jobs in
-  flight on killed workers (started there and not finished, or finished there
-  less than ``ack_window`` seconds before the kill, so possibly not yet acked);
+  flight on killed or paused workers (started there and not finished, or
+  finished there less than ``ack_window`` seconds before the kill or pause, so
+  possibly not yet acked);
 - order violations: a job of a key that started before the previous job of its
-  key had finished;
+  key had finished (a run that a pause cut off does not count as finishing it:
+  its worker lost the lease, and its outcome was refused), or a run of a key's
+  job that overlapped a run of another job of its key (runs cut by a kill or a
+  pause aside: their workers no longer held them);
 - longest key stall: the longest time from one job of a key finishing to the
   next one finishing.
 
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import random
 import signal
@@ -66,14 +75,20 @@ class Settings:
     delayed_rate: float = 0.02
     lease: float = 2.0
     kill_every: float = 1.0
+    pause_every: float = 4.0
+    skew: float = 10.0
     ack_window: float = 0.1
     time_limit: float = 240.0
 
 
 QUICK = Settings(
     jobs=2_000, keys=40, rows=10_000, shards=4, batch=50, workers=3, concurrency=20,
-    job_ms=(5.0, 25.0), batch_ms=40.0, lease=1.0, kill_every=0.6, time_limit=40.0,
+    job_ms=(5.0, 25.0), batch_ms=40.0, lease=1.0, kill_every=0.6, pause_every=2.0,
+    time_limit=40.0,
 )  # fmt: skip
+
+#: The worker process shifts the clock it reads (batchy.jobs._clock.now) by this many seconds.
+SKEW_ENV = "BATCHY_CRASH_SKEW"
 
 
 def open_backend(store: str, prefix: str) -> Backend:
@@ -123,6 +138,13 @@ def build(store: str, prefix: str, settings: Settings, log_fd: int = -1) -> tupl
 
 
 def worker_main(store: str, prefix: str, log_dir: str, settings: Settings) -> None:
+    skew = float(os.environ.get(SKEW_ENV) or 0.0)
+    if skew:
+        # A machine whose clock is off: everything batchy reads from the worker's
+        # clock is shifted (the log keeps the true time, for the analysis).
+        from batchy.jobs import _clock
+
+        _clock.now = lambda: time.time() + skew
     fd = os.open(f"{log_dir}/log-{os.getpid()}.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     queue, _, _ = build(store, prefix, settings, fd)
     worker = queue.worker(
@@ -143,10 +165,13 @@ class Report:
     store: str
     seconds: float = 0.0
     kills: int = 0
+    pauses: int = 0
+    skew: float = 0.0
     lost: int = 0
     extra_runs: int = 0
     in_flight: int = 0
     just_done: int = 0
+    paused_in_flight: int = 0
     violations: int = 0
     stall: float = 0.0
     stall_key: str = ""
@@ -163,17 +188,18 @@ class Report:
             self.lost == 0
             and self.violations == 0
             and self.rows_missed == 0
-            and self.extra_runs <= self.in_flight + self.just_done
+            and self.extra_runs <= self.in_flight + self.just_done + self.paused_in_flight
         )
 
     def lines(self) -> list[str]:
         return [
             f"store: {self.store}  ({self.seconds:.1f} s, "
-            f"{self.kills} workers killed with SIGKILL)",
+            f"{self.kills} workers killed with SIGKILL, {self.pauses} paused with SIGSTOP "
+            f"past their lease, one worker's clock {self.skew:+g}/{-self.skew:+g} s off)",
             f"  ordered jobs lost:               {self.lost}",
             f"  jobs run more than once:         {self.extra_runs} "
             f"(in flight on killed workers: {self.in_flight} running + {self.just_done} "
-            f"finished just before the kill)",
+            f"finished just before the kill; on paused workers: {self.paused_in_flight})",
             f"  per-key order violations:        {self.violations}",
             f"  longest key stall:               {self.stall:.2f} s ({self.stall_key})",
             f"  longest recovery after a kill:   {self.recovery:.2f} s (kill to the job "
@@ -207,32 +233,54 @@ async def finished(queue: Queue, rows: Any) -> bool:
     return busy == 0 and not busiest and await rows.done("crash")
 
 
-def spawn(store: str, prefix: str, log_dir: str, settings: Settings) -> subprocess.Popen[bytes]:
+def spawn(
+    store: str, prefix: str, log_dir: str, settings: Settings, skew: float = 0.0
+) -> subprocess.Popen[bytes]:
     args = [sys.executable, __file__, "--worker", store, prefix, log_dir]
     args += ["--quick"] if settings == QUICK else []
-    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, SKEW_ENV: repr(skew)}
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 async def run_store(store: str, label: str, settings: Settings, log_dir: str) -> Report:
     prefix = f"crash:{uuid.uuid4().hex[:8]}:"
     queue, step, rows = build(store, prefix, settings)
-    report = Report(label)
+    report = Report(label, skew=settings.skew)
     kills: list[tuple[int, float]] = []
+    pauses: list[tuple[int, float, float]] = []  # pid, stopped, continued (true clock)
     await enqueue_all(step, settings)
     await rows.start("crash")
     started = time.monotonic()
-    procs = [spawn(store, prefix, log_dir, settings) for _ in range(settings.workers)]
+    # Worker 0's clock is off: fast at first, slow after its next restart, and so on.
+    skews = [settings.skew] + [0.0] * (settings.workers - 1)
+    procs = [spawn(store, prefix, log_dir, settings, skews[i]) for i in range(settings.workers)]
+    paused: tuple[subprocess.Popen[bytes], float, float] | None = None  # proc, since, until
     try:
         next_kill = time.monotonic() + settings.kill_every
+        next_pause = time.monotonic() + settings.pause_every / 2
         while time.monotonic() - started < settings.time_limit:
             await asyncio.sleep(0.1)
+            if paused is not None and time.monotonic() >= paused[2]:
+                paused[0].send_signal(signal.SIGCONT)
+                pauses.append((paused[0].pid, paused[1], time.time()))
+                paused = None
+                next_pause = time.monotonic() + settings.pause_every * random.uniform(0.7, 1.3)
             if time.monotonic() >= next_kill:
-                victim = random.choice(procs)
+                # A paused worker is not killed: its resumption is what is tested.
+                victim = random.choice([p for p in procs if paused is None or p is not paused[0]])
                 victim.send_signal(signal.SIGKILL)
                 victim.wait()
                 kills.append((victim.pid, time.time()))
-                procs[procs.index(victim)] = spawn(store, prefix, log_dir, settings)
+                slot = procs.index(victim)
+                if skews[slot]:
+                    skews[slot] = -skews[slot]
+                procs[slot] = spawn(store, prefix, log_dir, settings, skews[slot])
                 next_kill = time.monotonic() + settings.kill_every * random.uniform(0.7, 1.3)
+            if paused is None and time.monotonic() >= next_pause:
+                victim = random.choice(procs)
+                victim.send_signal(signal.SIGSTOP)
+                # Twice the lease: every lease it holds runs out and moves on.
+                paused = (victim, time.time(), time.monotonic() + 2 * settings.lease)
             if await finished(queue, rows):
                 break
         else:
@@ -240,6 +288,9 @@ async def run_store(store: str, label: str, settings: Settings, log_dir: str) ->
         report.seconds = time.monotonic() - started
         report.dead = len(await queue.dead_jobs(10_000))
     finally:
+        if paused is not None:
+            paused[0].send_signal(signal.SIGCONT)
+            pauses.append((paused[0].pid, paused[1], time.time()))
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         for proc in procs:
@@ -249,7 +300,8 @@ async def run_store(store: str, label: str, settings: Settings, log_dir: str) ->
                 proc.kill()
         await cleanup(queue, prefix)
     report.kills = len(kills)
-    analyse(report, Path(log_dir), settings, kills)
+    report.pauses = len(pauses)
+    analyse(report, Path(log_dir), settings, kills, pauses)
     return report
 
 
@@ -276,8 +328,53 @@ def read_logs(log_dir: Path) -> list[tuple[str, int, int, int, float]]:
     return events
 
 
+def cut_by_pause(
+    evs: list[tuple[str, int, float]], pauses: list[tuple[int, float, float]], window: float
+) -> tuple[int, set[float]]:
+    """Runs of one job that a pause caught in flight (or just finished, maybe not acked),
+    and the times of the ``D`` lines of runs a pause cut in two (their lease moved on)."""
+    caught, stale = 0, set()
+    for pid, stopped, _ in pauses:
+        mine = [(k, ts) for k, p, ts in evs if p == pid]
+        for i, (kind, ts) in enumerate(mine):
+            if kind != "S" or ts >= stopped:
+                continue
+            end = mine[i + 1] if i + 1 < len(mine) else None
+            if end is None or end[1] > stopped:
+                caught += 1
+                if end is not None and end[0] == "D":
+                    stale.add(end[1])
+            elif end[0] in "DF" and end[1] >= stopped - window:
+                caught += 1
+    return caught, stale
+
+
+def overlaps(
+    per_job: dict[tuple[int, int], list[tuple[str, int, float]]],
+    pauses: list[tuple[int, float, float]],
+) -> int:
+    """Runs of one key's jobs that overlap in time (finished runs no pause cut in two)."""
+    runs: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for (key, _), evs in per_job.items():
+        for pid in {p for _, p, _ in evs}:
+            mine = [(k, ts) for k, p, ts in evs if p == pid]
+            for (kind, start), (end_kind, end) in itertools.pairwise(mine):
+                cut = any(p == pid and start < stop < end for p, stop, _ in pauses)
+                if kind == "S" and end_kind in "DF" and not cut:
+                    runs[key].append((start, end))
+    found = 0
+    for spans in runs.values():
+        spans.sort()
+        found += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1])
+    return found
+
+
 def analyse(
-    report: Report, log_dir: Path, settings: Settings, kills: list[tuple[int, float]]
+    report: Report,
+    log_dir: Path,
+    settings: Settings,
+    kills: list[tuple[int, float]],
+    pauses: list[tuple[int, float, float]],
 ) -> None:
     events = read_logs(log_dir)
     killed_at = dict(kills)
@@ -294,7 +391,12 @@ def analyse(
         starts = sum(1 for k, _, _ in evs if k == "S")
         fails = sum(1 for k, _, _ in evs if k == "F")
         report.failures += fails
-        done = [ts for k, _, ts in evs if k == "D"]
+        caught, stale = cut_by_pause(evs, pauses, settings.ack_window)
+        report.paused_in_flight += caught
+        # A run cut by a pause finished only for its worker (whose outcome was
+        # refused): the key moved on with the new holder's run.
+        done = [ts for k, _, ts in evs if k == "D" and ts not in stale]
+        done = done or [ts for k, _, ts in evs if k == "D"]
         if done:
             first_done[job] = done[0]
         report.extra_runs += max(0, starts - fails - 1)
@@ -326,6 +428,7 @@ def analyse(
             gap = first_done[(key, seq)] - before
             if gap > report.stall:
                 report.stall, report.stall_key = gap, f"key {key}, job {seq}"
+    report.violations += overlaps(per_job, pauses)
     expected = set(range(settings.rows))
     report.rows_missed = len(expected - set(row_counts))
     report.rows_twice = sum(1 for n in row_counts.values() if n > 1)
@@ -345,7 +448,9 @@ def main() -> None:
         f"crash test: {settings.jobs} ordered jobs over {settings.keys} keys, "
         f"{settings.rows} rows in {settings.shards} shards, {settings.workers} workers x "
         f"{settings.concurrency}, lease {settings.lease}s, a SIGKILL every "
-        f"~{settings.kill_every}s, {settings.fail_rate:.0%} of runs fail and are retried",
+        f"~{settings.kill_every}s, a SIGSTOP for {2 * settings.lease}s every "
+        f"~{settings.pause_every}s, one worker's clock {settings.skew:g}s off, "
+        f"{settings.fail_rate:.0%} of runs fail and are retried",
         flush=True,
     )
     stores = []

@@ -17,7 +17,9 @@
 from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
 from ._cron import Cron, Every, Schedule
 from ._errors import (
+    ArgumentError,
     ConfigError,
+    DelayError,
     JobDefinitionError,
     JobError,
     JobTimeout,
@@ -32,6 +34,7 @@ from ._job import JobCall, JobType
 from ._memory import MemoryBackend
 from ._model import (
     Claimed,
+    Claims,
     DeadJob,
     Envelope,
     Info,
@@ -44,7 +47,7 @@ from ._model import (
     WorkerInfo,
 )
 from ._queue import Periodic, Queue
-from ._retry import DEFAULT_RETRIES, Backoff, Retry, sidekiq_backoff
+from ._retry import DEFAULT_RETRIES, Backoff, NoRetry, Retry, sidekiq_backoff
 from ._runner import Running
 from ._sharded import ShardedJob
 from ._sqlite import SQLiteBackend
@@ -54,13 +57,16 @@ __all__ = [
     "DEAD_MAX",
     "DEAD_MAX_AGE",
     "DEFAULT_RETRIES",
+    "ArgumentError",
     "Backend",
     "Backoff",
     "Claimed",
+    "Claims",
     "ConfigError",
     "Cron",
     "DeadJob",
     "DeadJobError",
+    "DelayError",
     "Envelope",
     "Every",
     "Handle",
@@ -77,6 +83,7 @@ __all__ = [
     "KeyInfo",
     "LeaseLost",
     "MemoryBackend",
+    "NoRetry",
     "Outcome",
     "PayloadError",
     "Periodic",

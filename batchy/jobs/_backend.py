@@ -7,15 +7,39 @@ every backend:
 - ``push`` stores all envelopes or none; an envelope whose ``unique`` key was
   used within ``unique_ttl`` seconds, or whose id is a job still in the store
   (waiting, running or retrying), is skipped (``False`` in the result).
+- One job's bad values fail that job, never the round trip: ``push`` refuses
+  an envelope with an unusable due time (:meth:`check_envelopes`), and ``cycle``
+  applies an outcome no store could keep as that job's death
+  (:meth:`screen_outcomes`), so the other outcomes of the round trip land.
 - ``cycle`` applies outcomes, then claims up to ``limit`` ready jobs from
   ``queues`` in the order given (the first queue is drained first), each claimed
-  job leased to ``worker`` until ``now + lease``. Before claiming it moves due
+  job leased to ``worker`` for ``lease`` seconds under a fresh *lease token*
+  (:attr:`Claimed.token`, unique per claim). Before claiming it moves due
   delayed and retry jobs to their queues and gives back jobs whose lease expired
-  (their worker died): each exactly once, however many workers call ``cycle``.
-- ``heartbeat`` renews the leases of the jobs a live worker holds and records the
-  worker for ``info``; it returns the ids whose lease the worker had lost.
-- An outcome for a job whose lease moved to another worker is still applied:
-  the guarantee is at-least-once, and the last word about a job wins.
+  (their worker died or stalled): each exactly once, however many workers call
+  ``cycle``. A job given back keeps no token: the next claim writes a new one.
+- Fencing: only the lease holder's word counts. An outcome, a heartbeat, a
+  release or a ``save_progress`` carries the token of the claim it speaks for,
+  and the store applies it only while that token is still the job's, checked
+  and applied in one atomic step (the Lua script, the SQL transaction). Anything
+  else is refused without effect: ``cycle`` lists refused outcomes in
+  :attr:`Claims.refused`, ``heartbeat`` returns the ids it did not renew,
+  ``save_progress`` returns ``False``. So a job runs at least once (a stalled
+  worker's job runs again elsewhere) but each attempt has at most one outcome:
+  a worker that comes back after its lease ran out (paused, its loop blocked,
+  the network stalled) can neither overwrite the new holder's result, nor end
+  the job, nor start a third run, nor move an ordering key on.
+- ``heartbeat`` renews the leases of the ``(id, token)`` pairs a live worker
+  holds and records the worker for ``info``; it returns the ids it did not renew.
+- Clocks: every time comparison that decides ownership or due-ness (lease
+  expiry, due delayed and retry jobs, unique keys, live workers) is made on the
+  store's clock: Redis's ``TIME`` inside its scripts, the local clock
+  (:func:`batchy.jobs._clock.store_now`) for the memory and SQLite stores, which
+  live on one machine. ``now`` is the caller's clock; a store takes from it only
+  the offset of the absolute times it is handed (``Envelope.due``,
+  ``Outcome.due``: due ``due - now`` seconds after the call, on the store's
+  clock), and reports times (``KeyInfo.since``) back on it. A caller whose clock
+  is off by any amount changes nothing.
 - Ordering keys (``Envelope.key``): of the jobs sharing a key, only the *head*
   (the oldest still in the store, in push order) is ever claimable, so a key
   runs one job at a time in push order. A retry updates the head in place (it
@@ -24,17 +48,34 @@ every backend:
   releases give the head back. A store keeps nothing per key once the key has no
   jobs, and never scans keys to find work: a key's next job is found from the
   job that just left.
-- ``save_progress`` replaces the payload of a job the worker still holds (a
+- ``save_progress`` replaces the payload of a job whose token still holds (a
   sharded job's cursor), renewing its lease; ``False`` when the lease is lost.
+- Wake-ups: ``wait_for_work(worker, queues, timeout)`` is where an idle worker
+  with free slots waits; it returns when a job may be ready in ``queues``, when
+  the store's next delayed or retry job falls due, or after about ``timeout``
+  seconds (the worker then polls: a safety net, and how jobs of a dead worker
+  come back). It may return early; the worker just calls ``cycle`` again. A
+  store that cannot tell keeps the default: sleep ``timeout``. One that can
+  *signals* a queue whenever a job there becomes ready (``push``, a due job
+  moved, a release, a key's next job) and whenever a new due time is set (a
+  delayed ``push``, a retry), so waiting workers re-read their deadline. A
+  signal wakes one waiting worker of the queue, and one is enough: it is kept
+  until a worker takes it, so it is never lost, and a ``cycle`` that leaves
+  ready jobs in ``queues`` (it claimed ``limit``) signals again, so a wake-up
+  taken by a worker without room for all the work is passed on. An idle worker
+  costs the store at most one outstanding wait; the call may be cancelled at
+  any time, and ``forget_worker`` ends what it left.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Sequence
 
 from ._errors import ConfigError
-from ._model import Claimed, DeadJob, Envelope, Info, JobStatus, KeyInfo, Outcome, WorkerInfo
+from ._model import Claims, DeadJob, Envelope, Info, JobStatus, KeyInfo, Outcome, WorkerInfo
+from ._screen import check_envelopes, screen_outcomes
 
 __all__ = ["DEAD_MAX", "DEAD_MAX_AGE", "Backend"]
 
@@ -80,19 +121,19 @@ class Backend(abc.ABC):
         worker: str,
         lease: float,
         now: float,
-    ) -> list[Claimed]:
-        """Apply outcomes, then claim up to ``limit`` ready jobs from ``queues`` in order."""
+    ) -> Claims:
+        """Apply the outcomes whose token holds, then claim up to ``limit`` jobs from ``queues``."""
 
     @abc.abstractmethod
     async def heartbeat(
-        self, worker: WorkerInfo, ids: Sequence[str], lease: float, now: float
+        self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float
     ) -> list[str]:
-        """Extend the leases of ``ids`` held by ``worker``; return the ids it no longer holds."""
+        """Extend the leases of the ``(id, token)`` pairs still held; return the ids not renewed."""
 
     async def save_progress(
-        self, job_id: str, worker: str, payload: str, lease: float, now: float
+        self, job_id: str, token: str, payload: str, lease: float, now: float
     ) -> bool:
-        """Store ``payload`` for a job ``worker`` holds and renew its lease; ``False`` if lost."""
+        """Store ``payload`` while ``token`` holds the job and renew its lease; ``False`` if not."""
         raise ConfigError(
             f"{self!r} cannot save a running job's progress, so sharded jobs cannot run on "
             "it; implement save_progress() or use MemoryBackend, SQLiteBackend or RedisBackend"
@@ -102,12 +143,28 @@ class Backend(abc.ABC):
         """The ``limit`` busiest ordering keys (most jobs first) and the stalled ones."""
         return [], []
 
+    #: For stores, first thing in ``push``: a :class:`DelayError` if an envelope's
+    #: due time or unique TTL is unusable (a push is all or nothing).
+    check_envelopes = staticmethod(check_envelopes)
+    #: For stores, first thing in ``cycle``: each outcome no store could keep (a
+    #: retry due at NaN) made a dead outcome with the reason, so it fails alone.
+    screen_outcomes = staticmethod(screen_outcomes)
+
     @staticmethod
     def rank_keys(found: list[KeyInfo], limit: int) -> tuple[list[KeyInfo], list[KeyInfo]]:
         """For :meth:`keys`: the busiest (most jobs first) and stalled (longest first) keys."""
         busiest = sorted(found, key=lambda k: (-k.jobs, k.key))[:limit]
         stalled = sorted((k for k in found if k.stalled), key=lambda k: k.since)[:limit]
         return busiest, stalled
+
+    async def wait_for_work(self, worker: str, queues: Sequence[str], timeout: float) -> None:
+        """Return when work may be ready in ``queues`` or a job falls due; ``timeout`` at most.
+
+        ``worker`` is the caller's id (``cycle``'s ``worker``): a store may keep one
+        wait per worker outstanding between calls. This default sleeps ``timeout``:
+        a store without wake-ups is polled every ``poll_interval``.
+        """
+        await asyncio.sleep(timeout)
 
     @abc.abstractmethod
     async def forget_worker(self, worker_id: str) -> None:

@@ -15,6 +15,9 @@ from ._errors import JobDefinitionError
 
 __all__ = ["Cron", "Every", "Schedule"]
 
+#: The longest each month gets (February 29th in leap years).
+_LONGEST = {m: 29 if m == 2 else 30 if m in (4, 6, 9, 11) else 31 for m in range(1, 13)}
+
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day", 1, 31), ("month", 1, 12), ("weekday", 0, 7))
 
 
@@ -45,6 +48,11 @@ class Every:
         return n * self.seconds
 
 
+def _digits(text: str) -> bool:
+    # str.isdigit() also takes '²' (which int() refuses) and other scripts' digits.
+    return text.isascii() and text.isdigit()
+
+
 def _parse_field(text: str, name: str, lo: int, hi: int, expr: str) -> frozenset[int]:
     values: set[int] = set()
     for item in text.split(","):
@@ -52,13 +60,13 @@ def _parse_field(text: str, name: str, lo: int, hi: int, expr: str) -> frozenset
         part = item
         if "/" in item:
             part, step_text = item.split("/", 1)
-            step = int(step_text) if step_text.isdigit() and int(step_text) > 0 else -1
+            step = int(step_text) if _digits(step_text) and int(step_text) > 0 else -1
         if part == "*":
             start, stop = lo, hi
         elif "-" in part:
             a, b = part.split("-", 1)
-            start, stop = (int(a), int(b)) if a.isdigit() and b.isdigit() else (-1, -1)
-        elif part.isdigit():
+            start, stop = (int(a), int(b)) if _digits(a) and _digits(b) else (-1, -1)
+        elif _digits(part):
             start = stop = int(part)
             if step != 1:
                 stop = hi
@@ -96,6 +104,14 @@ class Cron:
         self.weekdays = frozenset(d % 7 for d in weekdays)  # 7 is Sunday too
         self._any_day = parts[2] == "*"
         self._any_weekday = parts[4] == "*"
+        # With any weekday, only the day field picks days: it must exist in some month
+        # (a weekday list alone, or with a day list, always matches some day).
+        if self._any_weekday and not any(d <= _LONGEST[m] for m in self.months for d in self.days):
+            raise JobDefinitionError(
+                f"cron expression {expr!r} never ticks: no month in the month field "
+                f"{parts[3]!r} has a day in the day field {parts[2]!r} (e.g. February 30th); "
+                "fix the day or month field"
+            )
 
     def __repr__(self) -> str:
         return f"Cron({self.expr!r})"

@@ -4,6 +4,8 @@
      +-- JobError                 base of everything below
           +-- JobDefinitionError  a job type or queue was declared the wrong way
           +-- SerializationError  arguments or a result do not fit the serializer (also a TypeError)
+          +-- ArgumentError       arguments do not fit the handler's parameters (also a TypeError)
+          +-- DelayError          a delay or run time is not a usable time (also a ValueError)
           +-- UnknownJobError     a payload names a job type this process does not know
           +-- PayloadError        a stored payload cannot be decoded
           +-- JobTimeout          a job ran longer than its ``timeout``
@@ -18,7 +20,9 @@ from __future__ import annotations
 from batchy import BatchyError
 
 __all__ = [
+    "ArgumentError",
     "ConfigError",
+    "DelayError",
     "JobDefinitionError",
     "JobError",
     "JobTimeout",
@@ -39,6 +43,14 @@ class JobDefinitionError(JobError):
 
 class SerializationError(JobError, TypeError):
     """A job's arguments (or result) cannot be serialized; nothing was enqueued."""
+
+
+class ArgumentError(JobError, TypeError):
+    """A job's arguments do not bind to its handler's parameters; nothing was enqueued."""
+
+
+class DelayError(JobError, ValueError):
+    """A delay or run time is not a finite number of seconds >= 0 (or an aware datetime)."""
 
 
 class UnknownJobError(JobError):

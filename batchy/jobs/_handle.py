@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from . import _clock
 from ._errors import JobError
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class Handle:
 
     async def status(self) -> JobStatus:
         """Where the job is now (``.state``: queued, scheduled, running, retrying, done, dead)."""
-        return await self.queue.backend.status(self.id, time.time())
+        return await self.queue.backend.status(self.id, _clock.now())
 
     async def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
         """Wait for the job to finish and return its result (results are kept ``keep_result``).

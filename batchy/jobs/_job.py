@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 import batchy
 
-from ._errors import JobDefinitionError
+from ._errors import ArgumentError, JobDefinitionError
+from ._guard import guard
 from ._model import Message, new_id
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
+from ._times import check_at, check_delay, delay_problem
 
 if TYPE_CHECKING:
     from ._handle import Handle
     from ._queue import Queue
 
 __all__ = ["JobCall", "JobType"]
+
+_UNCHECKED: Any = object()
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -38,6 +43,15 @@ class JobCall:
     id: str | None = None
     attempt: int = field(default=0)
     key: str | int | None = None
+
+    def __post_init__(self) -> None:
+        # Every enqueue builds a JobCall, so a bad delay or time stops here, before
+        # anything reaches a store (where one NaN fails the whole round trip).
+        what = f"job {self.job.name!r}"
+        if self.delay is not None:
+            object.__setattr__(self, "delay", check_delay(self.delay, what))
+        if self.at is not None:
+            object.__setattr__(self, "at", check_at(self.at, what))
 
     def message(self, now: float) -> Message:
         return Message(
@@ -116,6 +130,11 @@ class JobType(Generic[P, T]):
             raise JobDefinitionError(
                 f"job {label!r}: retries={retries!r} must be an int >= 0 (0: never retry)"
             )
+        if keep_result is not None and delay_problem(keep_result) is not None:
+            raise JobDefinitionError(
+                f"job {label!r}: keep_result={keep_result!r} must be a finite number of "
+                "seconds >= 0 (0: results are not kept)"
+            )
         if timeout is not None and not timeout > 0:
             raise JobDefinitionError(
                 f"job {label!r}: timeout={timeout!r} must be a positive number of seconds or None"
@@ -128,6 +147,8 @@ class JobType(Generic[P, T]):
         self.queue = owner
         self.fn = fn
         self.handler: batchy.TaskFunction[P, T] = batchy.task(fn)
+        # What workers run: the same handler, its SystemExit a failed attempt.
+        self.guarded: batchy.TaskFunction[P, T] = batchy.task(guard(fn))
         self.name = name or f"{fn.__module__}.{label}"
         self.queue_name = check_queue_name(queue or owner.default_queue, f"job {self.name!r}")
         self.retries = retries
@@ -139,6 +160,11 @@ class JobType(Generic[P, T]):
         # argument is then the :class:`Running` job, so it can save progress.
         self.takes_running = False
         self.order_group = order_group or self.name
+        try:
+            self.parameters: inspect.Signature | None = inspect.signature(fn)
+        except (TypeError, ValueError):  # some callables have no signature: nothing to check
+            self.parameters = None
+        self._bindings: dict[tuple[Any, ...], str | None] = {}
         self._signature: inspect.Signature | None = None
         if isinstance(ordered_by, str):
             self._signature = inspect.signature(fn)
@@ -156,6 +182,48 @@ class JobType(Generic[P, T]):
 
     def __repr__(self) -> str:
         return f"<batchy.jobs.JobType {self.name} queue={self.queue_name}>"
+
+    def binding_problem(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """Why the handler cannot take ``args`` and ``kwargs`` (Python's words), or None."""
+        if self.parameters is None:
+            return None
+        # Whether arguments bind depends only on how many positional ones there
+        # are and the keywords' names, never on values: check each shape once
+        # (the worker checks every job it runs, and Signature.bind is slow).
+        shape = (self.takes_running, len(args), *kwargs)
+        known = self._bindings.get(shape, _UNCHECKED)
+        if known is not _UNCHECKED:
+            return known  # type: ignore[no-any-return]
+        try:
+            if self.takes_running:
+                self.parameters.bind(None, *args, **kwargs)
+            else:
+                self.parameters.bind(*args, **kwargs)
+            problem = None
+        except TypeError as error:
+            problem = str(error)
+        if len(self._bindings) < 64:  # a few shapes per job type in practice
+            self._bindings[shape] = problem
+        return problem
+
+    def describe_parameters(self) -> str:
+        """The handler's parameters as a message shows them: ``(tag, *, force=False)``."""
+        if self.parameters is None:
+            return "(?)"
+        bare = [p.replace(annotation=p.empty) for p in self.parameters.parameters.values()]
+        return str(
+            self.parameters.replace(parameters=bare, return_annotation=inspect.Signature.empty)
+        )
+
+    def check_arguments(self, call: JobCall) -> None:
+        """Raise :class:`ArgumentError` unless the handler can take ``call``'s arguments."""
+        problem = self.binding_problem(call.args, call.kwargs)
+        if problem is not None:
+            raise ArgumentError(
+                f"job {self.name!r} cannot take args={call.args!r} kwargs={call.kwargs!r}: "
+                f"{problem}; its handler takes {self.describe_parameters()}; nothing was "
+                "enqueued"
+            )
 
     def order_key(self, call: JobCall) -> str | None:
         """The ordering key a call is stored under (``group:value``), or None if unordered."""
@@ -209,7 +277,7 @@ class JobType(Generic[P, T]):
         self,
         *,
         delay: float | None = None,
-        at: float | None = None,
+        at: float | dt.datetime | None = None,
         retries: int | None = None,
         queue: str | None = None,
         id: str | None = None,
@@ -217,7 +285,8 @@ class JobType(Generic[P, T]):
     ) -> _Options[P]:
         """Enqueue options for one call: ``await job.options(delay=60).enqueue(x)``.
 
-        ``delay`` in seconds or ``at`` a Unix time; ``retries`` overrides the job
+        ``delay`` in seconds (finite, >= 0) or ``at`` a Unix time or an aware
+        ``datetime``; a bad one raises :class:`DelayError`. ``retries`` overrides the job
         type's; ``queue`` sends it to another queue; ``id`` sets the job id; ``key``
         orders it after every job already enqueued with the same key (and group).
         """
@@ -226,6 +295,8 @@ class JobType(Generic[P, T]):
                 f"job {self.name!r}: pass delay= or at=, not both (at={at!r} is a Unix time, "
                 f"delay={delay!r} seconds from now)"
             )
+        if at is not None:
+            at = check_at(at, f"job {self.name!r}")
         if at is not None and at > time.time() + 10 * 365 * 86400:
             raise JobDefinitionError(
                 f"job {self.name!r}: at={at!r} is more than 10 years away; at= takes a Unix "

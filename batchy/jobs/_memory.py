@@ -1,7 +1,10 @@
 """The in-memory store, for tests and one-process scripts: plain dicts, one event loop.
 
 Every method runs without awaiting, so each is atomic on its event loop: the
-same guarantees as the SQLite and Redis stores, without durability.
+same guarantees as the SQLite and Redis stores, without durability. Times are
+decided on :func:`_clock.store_now` (see :mod:`batchy.jobs._backend`). Idle
+workers wait on in-process wake-ups (:class:`_wake.Wakeups`): every job put on a
+queue's heap wakes one.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from . import _clock
 from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
 from ._model import (
     Claimed,
+    Claims,
     DeadJob,
     Envelope,
     Info,
@@ -24,6 +29,7 @@ from ._model import (
     QueueInfo,
     WorkerInfo,
 )
+from ._wake import Wakeups
 
 __all__ = ["MemoryBackend"]
 
@@ -39,6 +45,7 @@ class _Job:
     owner: str | None = None
     lease: float = 0.0
     key: str | None = None
+    token: str | None = None  # the lease token of the current claim, None when not claimed
 
 
 class MemoryBackend(Backend):
@@ -51,6 +58,7 @@ class MemoryBackend(Backend):
         # Per queue, a heap of (due, seq, id); stale entries are skipped on pop.
         self._ready: dict[str, list[tuple[float, int, str]]] = {}
         self._seq = itertools.count()
+        self._claims = itertools.count(1)  # lease tokens: never reused in this store
         self._results: dict[str, tuple[str | None, float]] = {}
         self._dead: dict[str, DeadJob] = {}
         self._uniques: dict[str, float] = {}
@@ -59,6 +67,7 @@ class MemoryBackend(Backend):
         # Per ordering key with jobs, their ids in push order; only the head is ever
         # in a ready heap. A key's entry goes when its last job does.
         self._keys: dict[str, deque[str]] = {}
+        self._wakeups = Wakeups(None)  # in-process only
 
     def __repr__(self) -> str:
         return f"<MemoryBackend jobs={len(self._jobs)}>"
@@ -66,8 +75,12 @@ class MemoryBackend(Backend):
     def _put(self, job: _Job) -> None:
         job.seq = next(self._seq)
         heapq.heappush(self._ready.setdefault(job.queue, []), (job.due, job.seq, job.id))
+        # Ready now, or a new due time a waiting worker must hear of.
+        self._wakeups.signal([job.queue])
 
     async def push(self, envelopes: Sequence[Envelope], now: float) -> list[bool]:
+        self.check_envelopes(envelopes)
+        sent, now = now, _clock.store_now()
         pushed = []
         for env in envelopes:
             if env.id in self._jobs:
@@ -78,7 +91,7 @@ class MemoryBackend(Backend):
                     pushed.append(False)
                     continue
                 self._uniques[env.unique] = now + env.unique_ttl
-            due = now if env.due is None else env.due
+            due = _clock.on_store(env.due, sent, now)
             job = self._jobs[env.id] = _Job(env.id, env.queue, env.payload, due, 0, key=env.key)
             if env.key is not None:
                 line = self._keys.setdefault(env.key, deque())
@@ -112,14 +125,16 @@ class MemoryBackend(Backend):
         worker: str,
         lease: float,
         now: float,
-    ) -> list[Claimed]:
-        for outcome in outcomes:
-            self._apply(outcome, now)
+    ) -> Claims:
+        sent, now = now, _clock.store_now()
+        claimed = Claims()
+        for outcome in self.screen_outcomes(outcomes):
+            if not self._apply(outcome, sent, now):
+                claimed.refused.append(outcome.id)
         for job in [j for j in self._leased.values() if j.lease < now]:
             del self._leased[job.id]
-            job.owner = None  # its worker died: back to its queue
+            job.owner = job.token = None  # its worker died or stalled: back to its queue
             self._put(job)
-        claimed: list[Claimed] = []
         for queue in queues:
             heap = self._ready.get(queue, [])
             while heap and len(claimed) < limit and heap[0][0] <= now:
@@ -128,13 +143,31 @@ class MemoryBackend(Backend):
                 if found is None or found.seq != seq or found.owner is not None:
                     continue  # stale heap entry
                 found.owner, found.lease, found.retrying = worker, now + lease, False
+                found.token = str(next(self._claims))
                 self._leased[found.id] = found
-                claimed.append(Claimed(found.id, found.queue, found.payload))
+                claimed.append(Claimed(found.id, found.queue, found.payload, found.token))
+        if len(claimed) >= limit:  # no room for all: the wake-up goes on to another worker
+            self._wakeups.signal(q for q in queues if (h := self._ready.get(q)) and h[0][0] <= now)
         return claimed
 
-    def _apply(self, outcome: Outcome, now: float) -> None:
-        job = self._jobs.get(outcome.id)
+    async def wait_for_work(self, worker: str, queues: Sequence[str], timeout: float) -> None:
+        heads = [heap[0][0] for q in queues if (heap := self._ready.get(q))]
+        await self._wakeups.wait(queues, timeout, min(heads, default=None))
+
+    def _holds(self, job_id: str, token: str) -> _Job | None:
+        """The job if ``token`` is its current lease token (fencing), else None."""
+        job = self._jobs.get(job_id)
+        if job is None or job.token is None or job.token != token:
+            return None
+        return job
+
+    def _apply(self, outcome: Outcome, sent: float, now: float) -> bool:
+        """Apply ``outcome`` if its token holds; False (and nothing changes) if not."""
+        job = self._holds(outcome.id, outcome.token)
+        if job is None:
+            return False
         self._leased.pop(outcome.id, None)
+        job.owner = job.token = None
         if outcome.kind == "done":
             self._leave(self._jobs.pop(outcome.id, None))
             if outcome.keep > 0:
@@ -148,18 +181,18 @@ class MemoryBackend(Backend):
                 outcome.reason,
                 outcome.traceback,
                 now,
-                None if job is None else job.key,
+                job.key,
             )
             self._cap_dead(now)
-        elif job is not None:
-            job.owner = None
+        else:
             if outcome.kind == "retry":
                 job.payload, job.due, job.retrying = (
                     outcome.payload or job.payload,
-                    outcome.due,
+                    _clock.on_store(outcome.due, sent, now),
                     True,
                 )
             self._put(job)
+        return True
 
     def _cap_dead(self, now: float) -> None:
         by_age = sorted(self._dead.values(), key=lambda d: d.died_at, reverse=True)
@@ -168,12 +201,13 @@ class MemoryBackend(Backend):
                 del self._dead[dead.id]
 
     async def heartbeat(
-        self, worker: WorkerInfo, ids: Sequence[str], lease: float, now: float
+        self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float
     ) -> list[str]:
+        now = _clock.store_now()
         lost = []
-        for job_id in ids:
-            job = self._jobs.get(job_id)
-            if job is None or job.owner != worker.id:
+        for job_id, token in held:
+            job = self._holds(job_id, token)
+            if job is None:
                 lost.append(job_id)
             else:
                 job.lease = now + lease
@@ -181,15 +215,16 @@ class MemoryBackend(Backend):
         return lost
 
     async def save_progress(
-        self, job_id: str, worker: str, payload: str, lease: float, now: float
+        self, job_id: str, token: str, payload: str, lease: float, now: float
     ) -> bool:
-        job = self._jobs.get(job_id)
-        if job is None or job.owner != worker:
+        job = self._holds(job_id, token)
+        if job is None:
             return False
-        job.payload, job.lease = payload, now + lease
+        job.payload, job.lease = payload, _clock.store_now() + lease
         return True
 
     async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
+        shift = now - _clock.store_now()  # store times are reported on the caller's clock
         found = []
         for key, line in self._keys.items():
             h = self._jobs[line[0]]
@@ -200,8 +235,8 @@ class MemoryBackend(Backend):
                     len(line),
                     h.id,
                     running=h.owner is not None,
-                    lease=h.lease,
-                    due=h.due,
+                    lease=h.lease + shift,
+                    due=h.due + shift,
                     retrying=h.retrying,
                     now=now,
                 )
@@ -212,6 +247,7 @@ class MemoryBackend(Backend):
         self._workers.pop(worker_id, None)
 
     async def status(self, job_id: str, now: float) -> JobStatus:
+        now = _clock.store_now()
         job = self._jobs.get(job_id)
         if job is not None:
             if job.owner is not None:
@@ -227,6 +263,7 @@ class MemoryBackend(Backend):
         return JobStatus(job_id, "unknown")
 
     async def info(self, now: float) -> Info:
+        now = _clock.store_now()
         queues = []
         for name in sorted(self._ready):
             # Jobs waiting behind their key's head are not claimable: not counted here

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -19,6 +20,7 @@ from ._errors import PayloadError, SerializationError
 
 __all__ = [
     "Claimed",
+    "Claims",
     "DeadJob",
     "Envelope",
     "Info",
@@ -141,8 +143,11 @@ def decode(claimed: Claimed, serializer: Serializer) -> Message:
 class Envelope:
     """An encoded job on its way into a store.
 
-    ``due`` is a Unix time (``None``: now). ``unique`` makes the enqueue happen at
-    most once per key for ``unique_ttl`` seconds, whoever tries (periodic ticks).
+    ``due`` is a Unix time on the caller's clock (``None``: now): the store keeps
+    only its offset from the ``now`` of the push, so the job falls due that many
+    seconds later on the store's clock, whatever the caller's clock says.
+    ``unique`` makes the enqueue happen at most once per key for ``unique_ttl``
+    seconds, whoever tries (periodic ticks).
     ``key`` orders the job: of the jobs sharing a key, only the oldest (in push
     order) may be claimed, and only when no other job of the key is running.
     """
@@ -158,11 +163,30 @@ class Envelope:
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A job a worker holds a lease on."""
+    """A job a worker holds a lease on.
+
+    ``token`` is the lease token (a fencing token) the store wrote at this claim,
+    unique per claim: the heartbeats, outcome and progress saves of this run carry
+    it, and the store applies them only while the job's token is still this one.
+    """
 
     id: str
     queue: str
     payload: str
+    token: str = ""
+
+
+class Claims(list[Claimed]):
+    """What :meth:`Backend.cycle` returns: the jobs it claimed, in order.
+
+    ``refused`` lists the ids of the outcomes it did not apply because their
+    token no longer held (the lease had moved to another worker, or the job had
+    left): only the lease holder's word counts.
+    """
+
+    def __init__(self, claimed: Iterable[Claimed] = (), refused: Iterable[str] = ()) -> None:
+        super().__init__(claimed)
+        self.refused: list[str] = list(refused)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +197,10 @@ class Outcome:
     - ``retry``: run it again at ``due`` with the new ``payload``.
     - ``dead``: move it to the dead set with ``reason`` and ``traceback``.
     - ``release``: give it back to its queue now, unchanged (shutdown).
+
+    ``token`` is the :attr:`Claimed.token` of the run it reports on; an outcome
+    whose token no longer holds is refused. ``due`` is on the caller's clock (the
+    ``now`` of the cycle that carries it): the store keeps only its offset.
     """
 
     id: str
@@ -184,6 +212,22 @@ class Outcome:
     keep: float = 0.0
     reason: str = ""
     traceback: str = ""
+    token: str = ""
+
+    def with_token(self, token: str) -> Outcome:
+        """This outcome for the claim holding lease token ``token`` (a fast ``replace``)."""
+        return Outcome(
+            self.id,
+            self.kind,
+            self.queue,
+            self.payload,
+            self.due,
+            self.result,
+            self.keep,
+            self.reason,
+            self.traceback,
+            token,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
+from . import _clock
 from ._backend import Backend
 from ._cron import Cron, Every, Schedule
 from ._errors import JobDefinitionError
@@ -174,7 +174,15 @@ class Queue:
             sched = schedule
 
         def declare(f: Callable[[], Any]) -> JobType[[], Any]:
-            job: JobType[[], Any] = self._register(JobType(self, f, **options))
+            job: JobType[[], Any] = JobType(self, f, **options)
+            problem = job.binding_problem((), {})
+            if problem is not None:
+                raise JobDefinitionError(
+                    f"periodic job {job.name!r}: a tick calls its handler with no arguments, "
+                    f"but it takes {job.describe_parameters()} ({problem}); give its "
+                    "parameters defaults"
+                )
+            self._register(job)
             self.periodics.append(Periodic(job, sched))
             return job
 
@@ -220,7 +228,7 @@ class Queue:
 
     async def enqueue_many(self, calls: Iterable[JobCall]) -> list[Handle]:
         """Enqueue many jobs in one round trip; all or none (a bad argument enqueues nothing)."""
-        now = time.time()
+        now = _clock.now()
         envelopes = [self._envelope(call, now) for call in calls]
         if envelopes:
             await self.backend.push(envelopes, now)
@@ -228,13 +236,16 @@ class Queue:
 
     def enqueue_many_sync(self, calls: Iterable[JobCall]) -> list[Handle]:
         """:meth:`enqueue_many` for code without an event loop (web views, scripts)."""
-        now = time.time()
+        now = _clock.now()
         envelopes = [self._envelope(call, now) for call in calls]
         if envelopes:
             self.backend.push_sync(envelopes, now)
         return [Handle(self, e.id, e.queue) for e in envelopes]
 
     def _envelope(self, call: JobCall, now: float) -> Envelope:
+        # Checked here, not in the worker: a call that cannot bind would otherwise
+        # be retried for weeks before anyone saw its TypeError.
+        call.job.check_arguments(call)
         message = call.message(now)
         due = call.due(now)
         return Envelope(
@@ -253,7 +264,7 @@ class Queue:
 
     async def info(self) -> Info:
         """Per-queue counts, dead jobs and live workers (what ``batchy info`` prints)."""
-        return await self.backend.info(time.time())
+        return await self.backend.info(_clock.now())
 
     async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
         """The most recent dead jobs, newest first."""
@@ -261,7 +272,7 @@ class Queue:
 
     async def retry_dead(self, ids: Iterable[str] | None = None) -> int:
         """Put dead jobs (all when ``ids`` is None) back on their queues for one more run."""
-        return await self.backend.retry_dead(None if ids is None else list(ids), time.time())
+        return await self.backend.retry_dead(None if ids is None else list(ids), _clock.now())
 
     async def delete_dead(self, ids: Iterable[str] | None = None) -> int:
         """Delete dead jobs (all when ``ids`` is None)."""

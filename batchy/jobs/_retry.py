@@ -12,8 +12,9 @@ import random
 from collections.abc import Callable
 
 from ._errors import JobError
+from ._times import check_delay
 
-__all__ = ["DEFAULT_RETRIES", "Backoff", "Retry", "sidekiq_backoff"]
+__all__ = ["DEFAULT_RETRIES", "Backoff", "NoRetry", "Retry", "sidekiq_backoff"]
 
 #: Retries after the first failure, as in Sidekiq (about 20 days with the default backoff).
 DEFAULT_RETRIES = 25
@@ -39,5 +40,23 @@ class Retry(JobError):
     """
 
     def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
-        super().__init__(f"{reason} (retry in {delay}s)" if delay is not None else reason)
+        if delay is not None:
+            hint = ", or leave it out for the job's backoff"
+            delay = check_delay(delay, "Retry", hint=hint)
+        super().__init__(f"{reason} (retry in {delay:g}s)" if delay is not None else reason)
         self.delay = delay
+
+
+class NoRetry(JobError):
+    """Raise it in a handler to send the job to the dead set now, whatever retries are left.
+
+    For failures that no retry can fix (the record is gone, the input is invalid)::
+
+        @queue.job
+        async def charge(card_id):
+            card = await cards_by_id(card_id)
+            if card is None:
+                raise batchy.jobs.NoRetry(f"card {card_id} was deleted")
+
+    Its message is the dead job's reason; chain the cause with ``raise ... from``.
+    """

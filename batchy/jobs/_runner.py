@@ -1,25 +1,29 @@
 """Runs one claimed job in its own scope and turns what happened into an :class:`Outcome`.
 
 Nothing a payload or a handler does escapes this module as an exception: a
-payload that does not decode, a job type the worker does not know, a handler
-that raises or times out, all become outcomes (retry or dead, with a reason and
-a traceback). So bad data can never crash a worker.
+payload that does not decode, a job type the worker does not know, arguments
+that no longer fit the handler, a handler that raises or times out, all become
+outcomes (retry or dead, with a reason and a traceback). So bad data can never
+crash a worker. That includes ``BaseException``: a handler raising
+``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit`` or its own
+``CancelledError`` has failed an attempt like any other; only a cancellation of
+the job's task from outside (the worker stopping) is a shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import batchy
 
 from ._errors import JobTimeout, LeaseLost, PayloadError, UnknownJobError
+from ._failure import describe, failed
+from ._guard import Escaped
 from ._hooks import JobEvent, emit, log
-from ._model import Claimed, Message, Outcome, decode, encode
-from ._retry import Retry
+from ._model import Claimed, Message, Outcome, decode
 
 if TYPE_CHECKING:
     from ._hooks import JobHook
@@ -34,13 +38,15 @@ class Running:
     """A claimed job as its handler may see it (job types with ``takes_running``).
 
     ``message`` is live: what the handler changes in it (a sharded job's cursor in
-    its arguments) is what a retry stores.
+    its arguments) is what a retry stores. ``token`` is the claim's lease token,
+    which a progress save must carry.
     """
 
     queue: Queue
     message: Message
     worker: str
     lease: float
+    token: str = ""
 
 
 async def run_job(
@@ -63,6 +69,14 @@ async def run_job(
                 f"{known}); deploy the code that declares it, then `batchy dead retry "
                 f"{claimed.id}`"
             )
+        problem = job.binding_problem(message.args, message.kwargs)
+        if problem is not None:  # enqueue checks this, so the code changed since
+            raise PayloadError(
+                f"job {claimed.id} ({job.name}): its arguments no longer fit its handler "
+                f"({problem}; it takes {job.describe_parameters()}), so no retry can "
+                "succeed; was it enqueued by older code? Fix the handler or enqueue it "
+                f"again; `batchy dead retry {claimed.id}` runs it once the handler fits"
+            )
     except (PayloadError, UnknownJobError) as bad:
         log.warning("job %s %s dead: %s", claimed.id, claimed.queue, bad)
         return Outcome(
@@ -73,41 +87,53 @@ async def run_job(
             reason=str(bad),
             traceback="",
         )
-    event = JobEvent(message.id, message.job, message.queue, message.attempt + 1, "started")
+    attempt = message.attempt + 1
+    event = JobEvent(message.id, message.job, message.queue, attempt, "started")
     emit(hooks, "job_started", event)
-    failure: Exception | None = None
+    failure: BaseException | None = None
     try:
-        result = await _call(job, message, Running(queue, message, worker, lease))
+        running = Running(queue, message, worker, lease, claimed.token)
+        result = await _call(job, message, running)
     except LeaseLost as lost:
-        log.warning("job %s %s stopped: %s", message.id, message.job, lost)
+        # Not a warning here: the worker logs each lost lease once, whichever of a
+        # heartbeat, a progress save or an outcome found it first.
+        log.debug("job %s %s stopped: %s", message.id, message.job, lost)
         emit(hooks, "job_finished", _finished(event, "lost", time.perf_counter() - start, lost))
         return None
-    except asyncio.CancelledError:
-        duration = time.perf_counter() - start
-        log.info("job %s %s released after %.3fs (shutdown)", message.id, message.job, duration)
-        emit(hooks, "job_finished", _finished(event, "released", duration, None))
-        raise
-    except Exception as exc:
+    except BaseException as exc:
+        if isinstance(exc, Escaped):
+            exc = exc.error  # the handler's SystemExit or KeyboardInterrupt (see _guard)
+        if isinstance(exc, asyncio.CancelledError) and _cancelled_from_outside():
+            duration = time.perf_counter() - start
+            log.info("job %s %s released after %.3fs (shutdown)", message.id, message.job, duration)
+            emit(hooks, "job_finished", _finished(event, "released", duration, None))
+            raise
         failure = exc
-        outcome = _failed(queue, job, message, exc)
+        outcome, next_step = failed(queue, job, message, exc)
     else:
         outcome = _done(queue, job, message, result)
     duration = time.perf_counter() - start
     if failure is None:
-        log.info("job %s %s done in %.3fs", message.id, message.job, duration)
+        again = "" if attempt == 1 else f" (attempt {attempt})"
+        log.info("job %s %s done in %.3fs%s", message.id, message.job, duration, again)
     else:
         log.info(
-            "job %s %s %s in %.3fs (attempt %d): %s: %s",
+            "job %s %s attempt %d failed after %.3fs: %s; %s",
             message.id,
             message.job,
-            outcome.kind,
+            attempt,
             duration,
-            message.attempt + 1,
-            type(failure).__name__,
-            failure,
+            describe(failure),
+            next_step,
         )
     emit(hooks, "job_finished", _finished(event, outcome.kind, duration, failure))
     return outcome
+
+
+def _cancelled_from_outside() -> bool:
+    """True when this job's task was cancelled (the worker stops), not a handler's own raise."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _finished(
@@ -121,9 +147,9 @@ async def _call(job: JobType[Any, Any], message: Message, running: Running) -> A
     # but cached values never leak from one job to the next.
     async with batchy.Scope(f"job {message.id}"):
         if job.takes_running:
-            task = job.handler(running, *message.args, **message.kwargs)
+            task = job.guarded(running, *message.args, **message.kwargs)
         else:
-            task = job.handler(*message.args, **message.kwargs)
+            task = job.guarded(*message.args, **message.kwargs)
         if job.timeout is None:
             return await task
         try:
@@ -152,32 +178,3 @@ def _done(queue: Queue, job: JobType[Any, Any], message: Message, result: Any) -
                 error,
             )
     return Outcome(message.id, "done", queue=message.queue, result=kept, keep=job.keep_result)
-
-
-def _failed(queue: Queue, job: JobType[Any, Any], message: Message, error: Exception) -> Outcome:
-    retries = job.retries if message.retries is None else message.retries
-    trace = "".join(traceback.format_exception(error))
-    message.error = f"{type(error).__name__}: {error}"
-    if message.attempt < retries:
-        if isinstance(error, Retry) and error.delay is not None:
-            delay = error.delay
-        else:
-            delay = job.backoff(message.attempt, error)
-        message.attempt += 1
-        return Outcome(
-            message.id,
-            "retry",
-            queue=message.queue,
-            payload=encode(message, queue.serializer),
-            due=time.time() + delay,
-        )
-    reason = f"{message.error} (failed {message.attempt + 1} time(s); retries={retries} exhausted)"
-    message.attempt += 1
-    return Outcome(
-        message.id,
-        "dead",
-        queue=message.queue,
-        payload=encode(message, queue.serializer),
-        reason=reason,
-        traceback=trace,
-    )

@@ -17,10 +17,11 @@ claimed by one worker at a time under a lease that the worker's heartbeat renews
 while it lives: no fixed timeout to guess (too short: two owners; too long: a
 dead shard waits). The handler is called once per batch; after each batch the
 new cursor is written into the job's payload with :meth:`Backend.save_progress`,
-which also checks that this worker still holds the lease. So a worker that dies
-loses at most the batch in hand: the lease expires, another worker claims the
-shard and resumes from the saved cursor. A worker that finds its lease gone
-stops without a word (:class:`LeaseLost`); the new owner's outcome counts.
+which carries the claim's lease token and is applied only while that token
+holds. So a worker that dies loses at most the batch in hand: the lease expires,
+another worker claims the shard and resumes from the saved cursor. A worker that
+finds its lease gone stops (:class:`LeaseLost`; the worker logs the loss once)
+and its stale cursor is never written over the new owner's.
 
 A run is done when every shard's job is done (results are kept ``keep_result``
 seconds, a week by default). Starting a run whose shards are still in the store
@@ -36,7 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 import batchy
 
+from . import _clock
 from ._errors import JobDefinitionError, LeaseLost
+from ._guard import guard
 from ._model import Envelope, JobStatus, Message, encode
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
 
@@ -84,6 +87,7 @@ class ShardedJob:
         self.shards = shards
         self.name = label
         self.handler: batchy.TaskFunction[[int, int, Any], Any] = batchy.task(fn)
+        self._guarded: batchy.TaskFunction[[int, int, Any], Any] = batchy.task(guard(fn))
         self.job: JobType[..., Any] = JobType(
             owner,
             self._run_shard,
@@ -108,7 +112,7 @@ class ShardedJob:
 
     async def start(self, run: str = "default", *, cursor: Any = None) -> int:
         """Enqueue every shard of ``run``; how many were enqueued (0: it is still going)."""
-        now = time.time()
+        now = _clock.now()
         envelopes = []
         for shard in range(self.shards):
             message = Message(
@@ -120,7 +124,7 @@ class ShardedJob:
 
     async def status(self, run: str = "default") -> list[JobStatus]:
         """Each shard's status (``done`` once finished, until its result expires)."""
-        now = time.time()
+        now = _clock.now()
         backend = self.queue.backend
         return [await backend.status(self.shard_id(run, s), now) for s in range(self.shards)]
 
@@ -147,7 +151,7 @@ class ShardedJob:
         message = running.message
         batches = 0
         while True:
-            after = await self.handler(shard, self.shards, cursor)
+            after = await self._guarded(shard, self.shards, cursor)
             if after is None:
                 return {"run": run, "shard": shard, "batches": batches}
             if after == cursor:
@@ -163,7 +167,7 @@ class ShardedJob:
             # and store clients (redis-py's timeouts) need one.
             saved = await asyncio.ensure_future(
                 self.queue.backend.save_progress(
-                    message.id, running.worker, payload, running.lease, time.time()
+                    message.id, running.token, payload, running.lease, _clock.now()
                 )
             )
             if not saved:

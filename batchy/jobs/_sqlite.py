@@ -17,6 +17,15 @@ on ``okey``, becomes ``state = 0`` in the same transaction. New rows always get 
 rowid above every live row, so rowid order is push order; a retry updates its
 row in place and keeps its place.
 
+Fencing: a claim writes a fresh random ``token`` into the row; an outcome, a
+heartbeat or a progress save changes the row only while the token is still the
+row's (``state = 1 AND token = ?``, in the same transaction), so a worker whose
+lease moved on can no longer speak for the job. Times are decided on the
+machine's clock (:func:`_clock.store_now`), never on the caller's ``now``.
+
+Idle workers wait on wake-ups, one named pipe per queue between processes
+(:mod:`batchy.jobs._sqlite_wake`), rung after the transaction that made work.
+
 Calls are synchronous under the hood (SQLite answers in microseconds); a busy
 database makes a call wait up to ``busy_timeout`` seconds.
 """
@@ -28,52 +37,29 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from . import _clock
 from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
 from ._errors import ConfigError
 from ._model import (
     Claimed,
+    Claims,
     DeadJob,
     Envelope,
     Info,
     JobStatus,
     KeyInfo,
     Outcome,
-    QueueInfo,
     WorkerInfo,
 )
+from ._sqlite_read import read_info, read_status
+from ._sqlite_tx import BLOCKED, RUNNING, WAITING
 from ._sqlite_tx import Transaction as _Transaction
 from ._sqlite_tx import chunks as _chunks
+from ._sqlite_tx import create_schema as _create_schema
+from ._sqlite_tx import pairs as _pairs
+from ._sqlite_wake import SQLiteWakeups
 
 __all__ = ["SQLiteBackend"]
-
-RUNNING = 1
-WAITING = 0
-BLOCKED = 2  # behind the head of its ordering key
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    queue TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    state INTEGER NOT NULL DEFAULT 0,
-    due REAL NOT NULL,
-    retrying INTEGER NOT NULL DEFAULT 0,
-    owner TEXT,
-    lease REAL
-);
-CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (queue, state, due);
-CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (state, lease);
-
-CREATE TABLE IF NOT EXISTS results (id TEXT PRIMARY KEY, result TEXT, expires REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS dead (
-    id TEXT PRIMARY KEY, queue TEXT NOT NULL, payload TEXT NOT NULL,
-    reason TEXT NOT NULL, traceback TEXT NOT NULL, died REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS dead_died ON dead (died);
-CREATE TABLE IF NOT EXISTS uniques (key TEXT PRIMARY KEY, expires REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, info TEXT NOT NULL, expires REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY);
-"""
 
 
 class SQLiteBackend(Backend):
@@ -112,18 +98,9 @@ class SQLiteBackend(Backend):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         with self._tx():
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    self._db.execute(statement)
-            # Files made before ordering keys existed get the columns now.
-            for table in ("jobs", "dead"):
-                columns = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
-                if "okey" not in columns:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN okey TEXT")
-            self._db.execute(
-                "CREATE INDEX IF NOT EXISTS jobs_okey ON jobs (okey) WHERE okey IS NOT NULL"
-            )
+            _create_schema(self._db)
         self._pruned = 0.0
+        self._wakeups = SQLiteWakeups(self.path, self._db, self._lock)
 
     def __repr__(self) -> str:
         return f"<SQLiteBackend {self.path}>"
@@ -134,6 +111,8 @@ class SQLiteBackend(Backend):
     # -- writing ---------------------------------------------------------------------
 
     async def push(self, envelopes: Sequence[Envelope], now: float) -> list[bool]:
+        self.check_envelopes(envelopes)
+        sent, now = now, _clock.store_now()
         db = self._db
         pushed: list[bool] = []
         with self._tx():
@@ -149,7 +128,7 @@ class SQLiteBackend(Backend):
                     if cur.rowcount == 0:
                         pushed.append(False)
                         continue
-                due = now if env.due is None else env.due
+                due = _clock.on_store(env.due, sent, now)
                 cur = db.execute(
                     "INSERT OR IGNORE INTO jobs (id, queue, payload, due, okey, state) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
@@ -160,6 +139,7 @@ class SQLiteBackend(Backend):
                 "INSERT OR IGNORE INTO queues (name) VALUES (?)",
                 {(e.queue,) for e in envelopes},
             )
+        self._wakeups.signal({e.queue for e, ok in zip(envelopes, pushed, strict=True) if ok})
         return pushed
 
     async def cycle(
@@ -170,26 +150,30 @@ class SQLiteBackend(Backend):
         worker: str,
         lease: float,
         now: float,
-    ) -> list[Claimed]:
+    ) -> Claims:
+        sent, now = now, _clock.store_now()
         db = self._db
-        claimed: list[Claimed] = []
+        claimed = Claims()
         with self._tx():
             if outcomes:
-                self._apply(outcomes, now)
-            # A lease in the past means its worker died: give the job back, once.
+                claimed.refused += self._apply(self.screen_outcomes(outcomes), sent, now)
+            # A lease in the past means its worker died or stalled: give the job
+            # back, once; its token goes with it, so that worker's word is void.
             db.execute(
-                "UPDATE jobs SET state = 0, owner = NULL, lease = NULL "
+                "UPDATE jobs SET state = 0, owner = NULL, lease = NULL, token = NULL "
                 "WHERE state = 1 AND lease < ?",
                 (now,),
             )
             for queue in queues:
                 if len(claimed) >= limit:
                     break
+                # randomblob() is drawn per row: each claim gets its own token.
                 rows = db.execute(
-                    "UPDATE jobs SET state = 1, owner = ?, lease = ?, retrying = 0 "
+                    "UPDATE jobs SET state = 1, owner = ?, lease = ?, retrying = 0, "
+                    "token = lower(hex(randomblob(8))) "
                     "WHERE rowid IN (SELECT rowid FROM jobs WHERE queue = ? "
                     "AND state = 0 AND due <= ? ORDER BY due, rowid LIMIT ?) "
-                    "RETURNING id, queue, payload",
+                    "RETURNING id, queue, payload, token",
                     (worker, now + lease, queue, now, limit - len(claimed)),
                 ).fetchall()
                 claimed.extend(Claimed(*row) for row in rows)
@@ -198,7 +182,12 @@ class SQLiteBackend(Backend):
                 db.execute("DELETE FROM results WHERE expires < ?", (now,))
                 db.execute("DELETE FROM uniques WHERE expires < ?", (now,))
                 db.execute("DELETE FROM workers WHERE expires < ?", (now,))
+            wake = self._wakeups.after_cycle(outcomes, queues, len(claimed) >= limit, now)
+        self._wakeups.signal(wake)
         return claimed
+
+    async def wait_for_work(self, worker: str, queues: Sequence[str], timeout: float) -> None:
+        await self._wakeups.wait_for_work(queues, timeout)
 
     def _entry_state(self, key: str | None) -> int:
         """A new row's state: blocked when its key already has a job (the head)."""
@@ -216,8 +205,20 @@ class SQLiteBackend(Backend):
                 (key,),
             )
 
-    def _apply(self, outcomes: Sequence[Outcome], now: float) -> None:
+    def _held(self, held: Sequence[tuple[str, str]]) -> set[str]:
+        """The ids of ``(id, token)`` pairs whose token is still the running row's."""
+        found: set[str] = set()
+        for chunk in _chunks(held):
+            where, params = _pairs(chunk)
+            rows = self._db.execute(f"SELECT id FROM jobs WHERE state = 1 AND {where}", params)
+            found.update(r[0] for r in rows)
+        return found
+
+    def _apply(self, given: Sequence[Outcome], sent: float, now: float) -> list[str]:
+        """Apply the outcomes whose token holds (in the caller's transaction); the refused ids."""
         db = self._db
+        held = self._held([(o.id, o.token) for o in given])
+        outcomes = [o for o in given if o.id in held]
         done = [o.id for o in outcomes if o.kind == "done"]
         left: list[str | None] = []
         for chunk in _chunks(done):
@@ -232,12 +233,16 @@ class SQLiteBackend(Backend):
         if kept:
             db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?)", kept)
         db.executemany(
-            "UPDATE jobs SET state = 0, owner = NULL, lease = NULL, retrying = 1, "
-            "payload = ?, due = ? WHERE id = ?",
-            [(o.payload, o.due, o.id) for o in outcomes if o.kind == "retry"],
+            "UPDATE jobs SET state = 0, owner = NULL, lease = NULL, token = NULL, "
+            "retrying = 1, payload = ?, due = ? WHERE id = ?",
+            [
+                (o.payload, _clock.on_store(o.due, sent, now), o.id)
+                for o in outcomes
+                if o.kind == "retry"
+            ],
         )
         db.executemany(
-            "UPDATE jobs SET state = 0, owner = NULL, lease = NULL WHERE id = ?",
+            "UPDATE jobs SET state = 0, owner = NULL, lease = NULL, token = NULL WHERE id = ?",
             [(o.id,) for o in outcomes if o.kind == "release"],
         )
         dead = [o for o in outcomes if o.kind == "dead"]
@@ -253,6 +258,7 @@ class SQLiteBackend(Backend):
         if dead:
             self._cap_dead(now)
         self._advance(left)
+        return [o.id for o in given if o.id not in held]
 
     def _cap_dead(self, now: float) -> None:
         self._db.execute("DELETE FROM dead WHERE died < ?", (now - self.dead_max_age,))
@@ -263,32 +269,32 @@ class SQLiteBackend(Backend):
         )
 
     async def heartbeat(
-        self, worker: WorkerInfo, ids: Sequence[str], lease: float, now: float
+        self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float
     ) -> list[str]:
+        now = _clock.store_now()
         db = self._db
-        held: set[str] = set()
+        renewed: set[str] = set()
         with self._tx():
-            for chunk in _chunks(list(ids)):
-                marks = ",".join("?" * len(chunk))
+            for chunk in _chunks(held):
+                where, params = _pairs(chunk)
                 rows = db.execute(
-                    f"UPDATE jobs SET lease = ? WHERE state = 1 AND owner = ? "
-                    f"AND id IN ({marks}) RETURNING id",
-                    (now + lease, worker.id, *chunk),
+                    f"UPDATE jobs SET lease = ? WHERE state = 1 AND {where} RETURNING id",
+                    (now + lease, *params),
                 ).fetchall()
-                held.update(r[0] for r in rows)
+                renewed.update(r[0] for r in rows)
             db.execute(
                 "INSERT OR REPLACE INTO workers VALUES (?, ?, ?)",
                 (worker.id, worker.to_json(), now + lease),
             )
-        return [i for i in ids if i not in held]
+        return [i for i, _ in held if i not in renewed]
 
     async def save_progress(
-        self, job_id: str, worker: str, payload: str, lease: float, now: float
+        self, job_id: str, token: str, payload: str, lease: float, now: float
     ) -> bool:
         with self._tx():
             cur = self._db.execute(
-                "UPDATE jobs SET payload = ?, lease = ? WHERE id = ? AND state = 1 AND owner = ?",
-                (payload, now + lease, job_id, worker),
+                "UPDATE jobs SET payload = ?, lease = ? WHERE id = ? AND state = 1 AND token = ?",
+                (payload, _clock.store_now() + lease, job_id, token),
             )
             return cur.rowcount == 1
 
@@ -297,6 +303,7 @@ class SQLiteBackend(Backend):
             self._db.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
 
     async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
+        shift = now - _clock.store_now()  # store times are reported on the caller's clock
         with self._lock:  # reads too: never inside another thread's transaction
             # An operator's view, so it may read every key; no claim ever does this.
             rows = self._db.execute(
@@ -311,8 +318,8 @@ class SQLiteBackend(Backend):
                 n,
                 head,
                 running=state == RUNNING,
-                lease=lease or 0.0,
-                due=due,
+                lease=(lease or 0.0) + shift,
+                due=due + shift,
                 retrying=bool(retrying),
                 now=now,
             )
@@ -324,55 +331,11 @@ class SQLiteBackend(Backend):
 
     async def status(self, job_id: str, now: float) -> JobStatus:
         with self._lock:  # reads too: never inside another thread's transaction
-            db = self._db
-            row = db.execute(
-                "SELECT state, due, retrying FROM jobs WHERE id = ?", (job_id,)
-            ).fetchone()
-            if row is not None:
-                state, due, retrying = row
-                if state == RUNNING:
-                    return JobStatus(job_id, "running")
-                if due > now:
-                    return JobStatus(job_id, "retrying" if retrying else "scheduled")
-                return JobStatus(job_id, "queued")
-            dead = db.execute("SELECT reason FROM dead WHERE id = ?", (job_id,)).fetchone()
-            if dead is not None:
-                return JobStatus(job_id, "dead", reason=dead[0])
-            done = db.execute(
-                "SELECT result FROM results WHERE id = ? AND expires >= ?", (job_id, now)
-            ).fetchone()
-            if done is not None:
-                return JobStatus(job_id, "done", result=done[0])
-            return JobStatus(job_id, "unknown")
+            return read_status(self._db, job_id, _clock.store_now())
 
     async def info(self, now: float) -> Info:
         with self._lock:  # reads too: never inside another thread's transaction
-            db = self._db
-            names = [r[0] for r in db.execute("SELECT name FROM queues ORDER BY name")]
-            queues = []
-            for name in names:
-                size, oldest = db.execute(
-                    "SELECT count(*), min(due) FROM jobs "
-                    "WHERE queue = ? AND state = 0 AND due <= ?",
-                    (name, now),
-                ).fetchone()
-                running, scheduled, retrying = db.execute(
-                    "SELECT count(*) FILTER (WHERE state = 1), "
-                    "count(*) FILTER (WHERE state = 0 AND due > ? AND retrying = 0), "
-                    "count(*) FILTER (WHERE state = 0 AND due > ? AND retrying = 1) "
-                    "FROM jobs WHERE queue = ?",
-                    (now, now, name),
-                ).fetchone()
-                latency = max(0.0, now - oldest) if oldest is not None else 0.0
-                queues.append(QueueInfo(name, size, latency, running, scheduled, retrying))
-            dead = db.execute("SELECT count(*) FROM dead").fetchone()[0]
-            workers = tuple(
-                WorkerInfo.from_json(r[0])
-                for r in db.execute(
-                    "SELECT info FROM workers WHERE expires >= ? ORDER BY id", (now,)
-                )
-            )
-            return Info(tuple(queues), dead, workers)
+            return read_info(self._db, _clock.store_now())
 
     async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
         with self._lock:  # reads too: never inside another thread's transaction
@@ -384,6 +347,7 @@ class SQLiteBackend(Backend):
             return [DeadJob(*row) for row in rows]
 
     async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
+        now = _clock.store_now()
         db = self._db
         with self._tx():
             rows = self._select_dead(ids)
@@ -394,6 +358,7 @@ class SQLiteBackend(Backend):
                     "VALUES (?, ?, ?, ?, ?, ?)",
                     (job_id, queue, payload, now, key, self._entry_state(key)),
                 )
+        self._wakeups.signal({row[1] for row in rows})
         return len(rows)
 
     async def delete_dead(self, ids: Sequence[str] | None) -> int:
@@ -415,4 +380,5 @@ class SQLiteBackend(Backend):
         return rows
 
     async def close(self) -> None:
+        self._wakeups.close()
         self._db.close()

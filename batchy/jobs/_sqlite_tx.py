@@ -1,21 +1,74 @@
-"""SQLite plumbing for the store: one atomic transaction, and id lists cut to SQLite's limits."""
+"""SQLite plumbing for the store: its schema, one atomic transaction, id lists cut to size."""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
-__all__ = ["Transaction", "chunks"]
+__all__ = ["BLOCKED", "RUNNING", "WAITING", "Transaction", "chunks", "create_schema", "pairs"]
+
+# The ``state`` column of ``jobs``.
+WAITING = 0
+RUNNING = 1
+BLOCKED = 2  # behind the head of its ordering key
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    queue TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    state INTEGER NOT NULL DEFAULT 0,
+    due REAL NOT NULL,
+    retrying INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    lease REAL
+);
+CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (queue, state, due);
+CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (state, lease);
+
+CREATE TABLE IF NOT EXISTS results (id TEXT PRIMARY KEY, result TEXT, expires REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS dead (
+    id TEXT PRIMARY KEY, queue TEXT NOT NULL, payload TEXT NOT NULL,
+    reason TEXT NOT NULL, traceback TEXT NOT NULL, died REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dead_died ON dead (died);
+CREATE TABLE IF NOT EXISTS uniques (key TEXT PRIMARY KEY, expires REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, info TEXT NOT NULL, expires REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY);
+"""
+
+
+def create_schema(db: sqlite3.Connection) -> None:
+    """Create the tables (in the caller's transaction); older files get the new columns."""
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    # Files made before ordering keys (okey) or lease tokens existed get the columns now.
+    for table, column in (("jobs", "okey"), ("dead", "okey"), ("jobs", "token")):
+        columns = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        if column not in columns:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+    db.execute("CREATE INDEX IF NOT EXISTS jobs_okey ON jobs (okey) WHERE okey IS NOT NULL")
+
 
 # SQLite allows 32766 host parameters; stay far below.
 _CHUNK = 500
 
 
-def chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
+def chunks(ids: Sequence[T]) -> Iterable[Sequence[T]]:
     """``ids`` in slices small enough for one ``IN (...)``."""
     for i in range(0, len(ids), _CHUNK):
         yield ids[i : i + _CHUNK]
+
+
+def pairs(chunk: Sequence[tuple[str, str]]) -> tuple[str, tuple[str, ...]]:
+    """``(id, token) IN (VALUES ...)`` for ``chunk``, and its parameters."""
+    marks = ",".join("(?, ?)" for _ in chunk)
+    return f"(id, token) IN (VALUES {marks})", tuple(v for pair in chunk for v in pair)
 
 
 class Transaction:

@@ -11,6 +11,13 @@ A second loop renews the leases of running jobs every ``heartbeat`` seconds, so
 a long job is never redelivered while its worker lives, and a dead worker's jobs
 come back once their lease (``lease`` seconds) runs out.
 
+Each claim comes with a lease token (fencing): the worker's heartbeats and the
+job's outcome carry it, and the store refuses them once the lease has moved to
+another worker. A worker that finds out (a refused heartbeat, outcome or
+progress save: its loop was blocked or the process paused past the lease) logs
+it once, stops renewing the job, cancels its run if it still goes on and drops
+its outcome: only the new holder's word counts.
+
 Shutdown (Sidekiq's signals): SIGTSTP is *quiet* (stop fetching, finish running
 jobs, stay up); SIGTERM or SIGINT stop fetching, wait up to ``shutdown_timeout``
 seconds, then hand unfinished jobs back to their queue; a second SIGINT stops at
@@ -30,10 +37,15 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import _clock
 from ._errors import ConfigError
 from ._hooks import JobHook, log
+from ._leases import Claim, Leases
 from ._model import Claimed, Envelope, Outcome, WorkerInfo, encode, new_id
+from ._outage import Outage
 from ._runner import run_job
+from ._screen import screen_outcomes
+from ._wake import StoreWait
 
 if TYPE_CHECKING:
     from ._queue import Queue
@@ -52,7 +64,8 @@ def parse_queues(specs: Iterable[str | tuple[str, int]]) -> list[tuple[str, int 
         else:
             out.append((spec, None))
             continue
-        if not weight_text.isdigit() or int(weight_text) < 1:
+        # isdigit() alone takes '²', which int() refuses: ASCII digits only.
+        if not (weight_text.isascii() and weight_text.isdigit()) or int(weight_text) < 1:
             raise ConfigError(
                 f"queue {name!r}: weight {weight_text!r} is not a positive integer; "
                 "write -q critical,2 (critical is fetched twice as often) or -q critical"
@@ -111,16 +124,21 @@ class Worker:
         self.hooks = [*queue.hooks, *hooks]
         self.burst = burst
         self.id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
-        self.started_at = time.time()
+        self.started_at = _clock.now()
         self.processed = 0
-        self._running: dict[str, asyncio.Task[Outcome | None]] = {}
+        # By claim (job id, lease token): a job lost and claimed again runs twice.
+        self._running: dict[Claim, asyncio.Task[Outcome | None]] = {}
+        self._leases = Leases(self.id, lease, queue.serializer)
         self._outcomes: list[Outcome] = []
+        self._outage = Outage(self.id, poll_interval)
         self._wake: asyncio.Event | None = None
         self._quiet = False
         self._stopping = False
         self._interrupts = 0
         self._main: asyncio.Task[None] | None = None
         self._next_tick: dict[str, float] = {}
+        names = [name for name, _ in self.queue_specs]
+        self._store_wait = StoreWait(queue.backend, self.id, names, poll_interval, self._poke)
 
     def __repr__(self) -> str:
         return f"<batchy.jobs.Worker {self.id} running={len(self._running)}>"
@@ -184,6 +202,7 @@ class Worker:
             await self._shutdown()
         finally:
             beat.cancel()
+            self._store_wait.cancel()
             for sig in installed:
                 loop.remove_signal_handler(sig)
             with contextlib.suppress(Exception, asyncio.CancelledError):
@@ -203,52 +222,85 @@ class Worker:
         assert self._wake is not None
         backend = self.queue.backend
         while not self._stopping:
-            now = time.time()
+            now = _clock.now()
             await self._tick_periodics(now)
             free = 0 if self._quiet else self.concurrency - len(self._running)
+            # A wake-up from here on may be for work this cycle misses: look again.
+            self._store_wait.signalled = False
             outcomes, self._outcomes = self._outcomes, []
+            sent = time.monotonic()  # the store starts the new leases no earlier
             try:
                 claimed = await backend.cycle(
                     outcomes, self._order(), free, self.id, self.lease, now
                 )
-            except Exception:
-                log.exception(
-                    "worker %s: the store failed; retrying in %ss", self.id, self.poll_interval
-                )
+            except Exception as error:
                 self._outcomes = outcomes + self._outcomes
-                await asyncio.sleep(self.poll_interval)
+                await asyncio.sleep(self._outage.failed(error))
                 continue
+            self._outage.ok()
+            self._leases.settle(outcomes, claimed.refused)
             for job in claimed:
-                self._start(job)
+                self._start(job, sent)
             if self.burst and not claimed and not self._running and not self._outcomes:
                 return
-            if claimed and len(self._running) < self.concurrency and not self._quiet:
-                continue  # more may be ready: ask again before waiting
+            # No second look when the claim was short of `free`: the queues were
+            # drained, and a job that arrives since wakes the wait below.
             self._wake.clear()
-            if not self._outcomes:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+            if not self._outcomes and not self._store_wait.signalled:
+                await self._idle()
             # Jobs that finish in the same batchy round wake us one after another
             # in this loop iteration: let them all land, then settle them together.
             await asyncio.sleep(0)
 
-    def _start(self, job: Claimed) -> None:
-        task = asyncio.create_task(run_job(self.queue, job, self.hooks, self.id, self.lease))
-        self._running[job.id] = task
-        task.add_done_callback(functools.partial(self._finished, job.id))
+    async def _idle(self) -> None:
+        """Until a job finishes, the store has work, a periodic tick is due, or a poll."""
+        assert self._wake is not None
+        if not self._quiet and len(self._running) < self.concurrency:
+            # Only with room for a job: a full worker must not take the wake-up
+            # that its own cycle passes on to the others.
+            self._store_wait.start()
+        # The store's wait returns within poll_interval; twice that only guards
+        # against a store that breaks its word.
+        timeout = self.poll_interval * (1 if self._store_wait.task is None else 2)
+        if self._next_tick:
+            timeout = min(timeout, max(0.0, min(self._next_tick.values()) - _clock.now()))
+        # asyncio.wait, not wait_for: on 3.11 wait_for returns normally when it is
+        # cancelled just as the event is set (kill() cancels the jobs, whose end
+        # sets it, and this task), and the worker would run on.
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait([woken], timeout=timeout)
+        finally:
+            woken.cancel()
 
-    def _finished(self, job_id: str, task: asyncio.Task[Outcome | None]) -> None:
-        self._running.pop(job_id, None)
+    def _start(self, job: Claimed, sent: float) -> None:
+        claim = self._leases.add(job, sent)
+        task = asyncio.create_task(self._run(job, claim))
+        self._running[claim] = task
+        task.add_done_callback(functools.partial(self._finished, claim))
+
+    async def _run(self, job: Claimed, claim: Claim) -> Outcome | None:
+        # Paused between the claim and the start, the lease may have moved on:
+        # such a run is not begun (it would overlap the new holder's).
+        if not self._leases.fresh(claim):
+            return None
+        return await run_job(self.queue, job, self.hooks, self.id, self.lease)
+
+    def _finished(self, claim: Claim, task: asyncio.Task[Outcome | None]) -> None:
+        self._running.pop(claim, None)
         if task.cancelled():
+            self._leases.drop(claim)
             return
         error = task.exception()
         if error is not None:  # run_job never raises: a bug; the lease will bring it back
-            log.error("worker %s: job %s crashed the runner", self.id, job_id, exc_info=error)
+            self._leases.drop(claim)
+            log.error("worker %s: job %s crashed the runner", self.id, claim[0], exc_info=error)
             return
-        outcome = task.result()
+        outcome = self._leases.finished(claim, task.result())
         if outcome is not None:
             self.processed += 1
-            self._outcomes.append(outcome)
+            # Screened here too (stores screen again): the store may be someone else's.
+            self._outcomes += screen_outcomes([outcome])
         self._poke()
 
     async def _shutdown(self) -> None:
@@ -256,7 +308,9 @@ class Worker:
             log.info("worker %s waiting for %d job(s)", self.id, len(self._running))
             await asyncio.wait(list(self._running.values()), timeout=self.shutdown_timeout)
         released = [
-            Outcome(job_id, "release") for job_id, task in self._running.items() if not task.done()
+            Outcome(job_id, "release", token=token)
+            for (job_id, token), task in self._running.items()
+            if not task.done() and self._leases.holds((job_id, token))
         ]
         for task in list(self._running.values()):
             task.cancel()
@@ -264,40 +318,46 @@ class Worker:
             log.info("worker %s handing back %d unfinished job(s)", self.id, len(released))
         outcomes, self._outcomes = [*self._outcomes, *released], []
         if outcomes:
-            await self.queue.backend.cycle(outcomes, [], 0, self.id, self.lease, time.time())
+            done = await self.queue.backend.cycle(
+                outcomes, [], 0, self.id, self.lease, _clock.now()
+            )
+            self._leases.settle(outcomes, done.refused)
 
     # -- leases and periodic jobs ----------------------------------------------------
 
     async def _beat(self) -> None:
+        # Finished jobs whose outcome has not gone through a cycle yet are renewed
+        # too: a slow or failing store round trip must not hand them to another worker.
+        held = self._leases.held()
         info = WorkerInfo(
             self.id,
             socket.gethostname(),
             os.getpid(),
             tuple(n for n, _ in self.queue_specs),
             self.concurrency,
-            tuple(self._running),
+            tuple(job_id for job_id, _ in held),
             self.started_at,
         )
+        sent = time.monotonic()
         # The worker record lives a little longer than one lease, like the leases.
-        lost = await self.queue.backend.heartbeat(
-            info, list(self._running), self.lease, time.time()
-        )
-        for job_id in lost:
-            if job_id in self._running:
-                log.warning(
-                    "worker %s lost the lease of job %s (it ran past its lease without a "
-                    "heartbeat, so another worker may run it too); raise lease=",
-                    self.id,
-                    job_id,
-                )
+        lost = await self.queue.backend.heartbeat(info, held, self.lease, _clock.now())
+        self._leases.renewed(held, lost, sent)
+        for claim in held:
+            task = self._running.get(claim)
+            if task is not None and not self._leases.holds(claim):
+                # Another worker runs it now: stop this run at its next await, so
+                # it does not go on alongside the new holder's (or the key's next job).
+                task.cancel()
 
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat)
             try:
                 await self._beat()
-            except Exception:
-                log.exception("worker %s: heartbeat failed; retrying", self.id)
+            except Exception as error:
+                self._outage.failed(error, "heartbeat")
+            else:
+                self._outage.ok("heartbeat")
 
     async def _tick_periodics(self, now: float) -> None:
         envelopes: list[Envelope] = []
@@ -330,8 +390,8 @@ class Worker:
         if envelopes:
             try:
                 await self.queue.backend.push(envelopes, now)
-            except Exception:
-                log.exception("worker %s: could not enqueue periodic jobs", self.id)
+            except Exception as error:
+                self._outage.failed(error)
 
     def stats(self) -> dict[str, Any]:
         """Jobs processed and running, for tests and dashboards."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -197,16 +198,17 @@ async def test_expired_lease_is_redelivered_once(queue: Queue) -> None:
         ran.append(x)
 
     handle = await job.enqueue(1)
-    now = time.time()
     # A worker claims it and dies (never acks, never renews).
-    (claimed,) = await queue.backend.cycle([], ["default"], 10, "ghost", 0.2, now)
+    (claimed,) = await queue.backend.cycle([], ["default"], 10, "ghost", 0.2, time.time())
     assert claimed.id == handle.id
     assert (await handle.status()).state == "running"
-    assert await queue.backend.cycle([], ["default"], 10, "other", 5, now + 0.1) == []
+    assert await queue.backend.cycle([], ["default"], 10, "other", 5, time.time()) == []
+    await asyncio.sleep(0.3)  # the store's clock decides: time must really pass
     # After the lease, exactly one of two competing claims gets it.
-    first = await queue.backend.cycle([], ["default"], 10, "w1", 5, now + 0.3)
-    second = await queue.backend.cycle([], ["default"], 10, "w2", 5, now + 0.3)
+    first = await queue.backend.cycle([], ["default"], 10, "w1", 5, time.time())
+    second = await queue.backend.cycle([], ["default"], 10, "w2", 5, time.time())
     assert [c.id for c in first + second] == [handle.id]
+    assert first[0].token != claimed.token  # a new claim, a new lease token
 
 
 async def test_heartbeat_keeps_a_long_job_leased(queue: Queue) -> None:
@@ -238,7 +240,8 @@ async def test_release_hands_the_job_back_first(queue: Queue) -> None:
     now = time.time()
     (claimed,) = await queue.backend.cycle([], ["default"], 1, "w", 30, now)
     assert claimed.id == a.id
-    again = await queue.backend.cycle([Outcome(a.id, "release")], ["default"], 2, "w", 30, now)
+    release = [Outcome(a.id, "release", token=claimed.token)]
+    again = await queue.backend.cycle(release, ["default"], 2, "w", 30, now)
     assert [c.id for c in again] == [a.id, b.id]
 
 
@@ -285,19 +288,19 @@ async def test_bad_payloads_go_dead_and_the_worker_survives(queue: Queue) -> Non
 async def test_dead_set_is_capped_by_size_and_age(queue: Queue) -> None:
     backend = queue.backend
     backend.dead_max = 3
-    backend.dead_max_age = 100.0
-    await backend.push([Envelope(f"j{i}", "default", "{}") for i in range(6)], 1000.0)
-    claimed = await backend.cycle([], ["default"], 6, "w", 30, 1000.0)
+    backend.dead_max_age = 0.5
+    await backend.push([Envelope(f"j{i}", "default", "{}") for i in range(6)], time.time())
+    claimed = await backend.cycle([], ["default"], 6, "w", 30, time.time())
     assert len(claimed) == 6
     bury = [
-        Outcome(f"j{i}", "dead", queue="default", payload="{}", reason=f"r{i}") for i in range(2)
+        Outcome(c.id, "dead", queue="default", payload="{}", reason="r", token=c.token)
+        for c in sorted(claimed, key=lambda c: c.id)
     ]
-    await backend.cycle(bury, [], 0, "w", 30, 1000.0)
-    later = [
-        Outcome(f"j{i}", "dead", queue="default", payload="{}", reason=f"r{i}") for i in range(2, 6)
-    ]
-    await backend.cycle(later[:1], [], 0, "w", 30, 1050.0)
-    await backend.cycle(later[1:], [], 0, "w", 30, 1150.0)  # j0, j1 are now too old
+    await backend.cycle(bury[:2], [], 0, "w", 30, time.time())
+    await asyncio.sleep(0.3)  # ages are on the store's clock: time must really pass
+    await backend.cycle(bury[2:3], [], 0, "w", 30, time.time())
+    await asyncio.sleep(0.3)
+    await backend.cycle(bury[3:], [], 0, "w", 30, time.time())  # j0, j1 are now too old
     dead = await backend.dead_jobs()
     assert [d.id for d in dead][:3] == [d.id for d in dead]  # newest first, at most 3
     assert {d.id for d in dead} <= {"j3", "j4", "j5"} and len(dead) == 3
@@ -496,3 +499,108 @@ async def test_enqueue_from_code_without_an_event_loop(queue: Queue) -> None:
     assert (await later.status()).state == "scheduled"
     await drain(queue)
     assert [await handle.result(), await handles[0].result()] == [3, 7]
+
+
+# -- poison values hurt only their own job (issue 12) ------------------------------------
+
+
+async def test_one_jobs_bad_values_fail_that_job_never_the_round_trip(queue: Queue) -> None:
+    from batchy.jobs import Backend
+
+    backend: Backend = queue.backend
+    ids = [new_job_id() for _ in range(4)]
+    now = time.time()
+    await backend.push([Envelope(i, "default", '{"job":"x"}') for i in ids], now)
+    claimed = await backend.cycle([], ["default"], 10, "w1", 30.0, now)
+    assert {c.id for c in claimed} == set(ids)
+    nan_retry, str_retry, inf_keep, fine = ids
+    token = {c.id: c.token for c in claimed}  # only the lease holder's word counts
+    outcomes = [
+        Outcome(nan_retry, "retry", queue="default", payload='{"job":"x"}', due=float("nan")),
+        Outcome(str_retry, "retry", queue="default", payload='{"job":"x"}', due="soon"),  # type: ignore[arg-type]
+        Outcome(inf_keep, "done", queue="default", result='"r"', keep=float("inf")),
+        Outcome(fine, "done", queue="default", result='"ok"', keep=60.0),
+    ]
+    outcomes = [replace(o, token=token[o.id]) for o in outcomes]
+    await backend.cycle(outcomes, ["default"], 10, "w1", 30.0, time.time())  # no error
+    assert (await backend.status(fine, time.time())).result == '"ok"'
+    assert (await backend.status(inf_keep, time.time())).state in ("done", "unknown")
+    for job_id, shown in ((nan_retry, "due=nan"), (str_retry, "due='soon'")):
+        status = await backend.status(job_id, time.time())
+        assert status.state == "dead", (job_id, status)
+        assert f"its retry outcome had {shown}, not a finite Unix time" in status.reason
+
+
+async def test_push_refuses_a_bad_due_and_stores_nothing(queue: Queue) -> None:
+    from batchy.jobs import DelayError
+
+    good, bad = new_job_id(), new_job_id()
+    envelopes = [
+        Envelope(good, "default", '{"job":"x"}'),
+        Envelope(bad, "default", '{"job":"x"}', due=float("nan")),
+    ]
+    with pytest.raises(DelayError, match=f"job {bad}: due=nan is not finite"):
+        await queue.backend.push(envelopes, time.time())
+    assert (await queue.backend.status(good, time.time())).state == "unknown"
+
+
+async def test_a_retry_with_a_bad_delay_is_dead_and_the_others_finish(queue: Queue) -> None:
+    class Again(Retry):
+        pass
+
+    @queue.job(retries=5)
+    async def poisoned() -> None:
+        error = Again(delay=1)
+        error.delay = float("nan")
+        raise error
+
+    @queue.job
+    async def fine(i: int) -> int:
+        return i
+
+    bad = await poisoned.enqueue()
+    good = [await fine.enqueue(i) for i in range(5)]
+    await drain(queue)
+    assert [await h.result() for h in good] == list(range(5))
+    status = await bad.status()
+    assert status.state == "dead" and "Retry gave delay=nan, which is not finite" in status.reason
+
+
+async def test_wait_for_work_ends_on_a_push_on_work_left_and_at_a_due_time(queue: Queue) -> None:
+    backend = queue.backend
+    loop = asyncio.get_running_loop()
+
+    async def push(due: float | None = None) -> None:
+        await backend.push([Envelope(new_job_id(), "default", "{}", due=due)], time.time())
+
+    async def wait(timeout: float) -> float:
+        start = loop.time()
+        await backend.wait_for_work("w1", ["default"], timeout)
+        return loop.time() - start
+
+    # A wait may end early (the first one opens SQLite's pipes; Redis reports a
+    # BLPOP that timed out on the server at the next call): then it lasts.
+    await wait(0.05)
+    await wait(0.3)
+    assert await wait(0.3) >= 0.25  # nothing to do: it lasts its timeout
+    waiting = asyncio.ensure_future(wait(5.0))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    await push()
+    assert await asyncio.wait_for(waiting, 2.0) < 1.0  # a push ends it
+    await push()
+    await push()
+    assert len(await backend.cycle([], ["default"], 1, "w1", 30.0, time.time())) == 1
+    # Two ready jobs are left, and the wake-ups of the pushes may be spent:
+    # a cycle that had no room for all of them must leave a wake-up.
+    assert await wait(5.0) < 1.0
+    assert len(await backend.cycle([], ["default"], 10, "w1", 30.0, time.time())) == 2
+    due = time.time() + 0.4
+    await push(due)
+    waits = 0
+    while time.time() < due - 0.02 and waits < 10:  # the push itself may end one wait
+        await wait(5.0)
+        waits += 1
+    assert waits <= 3 and due - 0.02 <= time.time() < due + 0.5
+    assert len(await backend.cycle([], ["default"], 10, "w1", 30.0, time.time())) == 1
+    await backend.forget_worker("w1")

@@ -1,4 +1,4 @@
-"""The short crash test: SIGKILLed workers on Redis and SQLite lose nothing and keep key order."""
+"""The short crash test: killed, paused and skewed workers lose nothing and keep key order."""
 
 from __future__ import annotations
 
@@ -25,5 +25,8 @@ def test_quick_crash_test(redis_server: tuple[str, int]) -> None:
     assert out.count("ordered jobs lost:               0") == 2, out
     assert out.count("per-key order violations:        0") == 2, out
     assert out.count("sharded rows missed:             0") == 2, out
-    # Workers really died mid-run (otherwise the test proves nothing).
+    # Workers really died, and were paused past their lease, mid-run (otherwise the
+    # test proves nothing); one worker's clock was off all along.
     assert "(0 workers killed" not in out, out
+    assert " 0 paused with SIGSTOP" not in out, out
+    assert "one worker's clock +10/-10 s off" in out, out

@@ -137,36 +137,47 @@ async def test_a_key_whose_worker_died_resumes_after_the_lease(queue: Queue) -> 
     )
     first = await backend.cycle([], ["default"], 10, "ghost", 0.2, now)
     assert sorted(c.id for c in first) == ["free", "j0"]  # one head per key
-    assert await backend.cycle([], ["default"], 10, "w", 5, now + 0.1) == []
-    _busiest, stalled = await backend.keys(now + 0.3)
+    assert await backend.cycle([], ["default"], 10, "w", 5, time.time()) == []
+    await asyncio.sleep(0.3)  # leases run out on the store's clock
+    _busiest, stalled = await backend.keys(time.time())
     assert [(k.key, k.head, k.state) for k in stalled] == [
         ("k", "j0", "expired"),
         ("other", "free", "expired"),
     ]
     # After the lease j0 comes back; j1 still waits for it.
-    again = await backend.cycle([], ["default"], 10, "w", 5, now + 0.3)
+    again = await backend.cycle([], ["default"], 10, "w", 5, time.time())
     assert sorted(c.id for c in again) == ["free", "j0"]
-    done = [Outcome("j0", "done"), Outcome("free", "done")]
-    assert [c.id for c in await backend.cycle(done, ["default"], 10, "w", 5, now + 0.4)] == ["j1"]
+    # The dead worker's word no longer counts; the new holder's does.
+    stale = [Outcome(c.id, "done", token=c.token) for c in first]
+    assert (await backend.cycle(stale, ["default"], 10, "w", 5, time.time())).refused == [
+        c.id for c in first
+    ]
+    done = [Outcome(c.id, "done", token=c.token) for c in again]
+    assert [c.id for c in await backend.cycle(done, ["default"], 10, "w", 5, time.time())] == ["j1"]
 
 
 async def test_retry_and_release_keep_the_head_and_block_the_key(queue: Queue) -> None:
     backend = queue.backend
     now = time.time()
     await backend.push([Envelope(f"j{i}", "default", "{}", key="k") for i in range(2)], now)
-    (_head,) = await backend.cycle([], ["default"], 10, "w", 5, now)
-    retry = Outcome("j0", "retry", queue="default", payload='{"try":2}', due=now + 1)
+    (head,) = await backend.cycle([], ["default"], 10, "w", 5, now)
+    retry = Outcome(
+        "j0", "retry", queue="default", payload='{"try":2}', due=now + 0.3, token=head.token
+    )
     assert await backend.cycle([retry], ["default"], 10, "w", 5, now) == []
     _busiest, stalled = await backend.keys(now)
-    assert [(k.key, k.jobs, k.state, k.since) for k in stalled] == [("k", 2, "retrying", now + 1)]
-    (again,) = await backend.cycle([], ["default"], 10, "w", 5, now + 1.1)
+    assert [(k.key, k.jobs, k.state) for k in stalled] == [("k", 2, "retrying")]
+    assert stalled[0].since == pytest.approx(now + 0.3, abs=0.05)  # on the caller's clock
+    await asyncio.sleep(0.35)
+    (again,) = await backend.cycle([], ["default"], 10, "w", 5, time.time())
     assert (again.id, again.payload) == ("j0", '{"try":2}')
-    release = [Outcome("j0", "release")]
-    assert [c.id for c in await backend.cycle(release, ["default"], 10, "w", 5, now + 1.2)] == [
-        "j0"
+    release = [Outcome("j0", "release", token=again.token)]
+    (back,) = await backend.cycle(release, ["default"], 10, "w", 5, time.time())
+    assert back.id == "j0"
+    dead = Outcome("j0", "dead", queue="default", payload="{}", reason="gave up", token=back.token)
+    assert [c.id for c in await backend.cycle([dead], ["default"], 10, "w", 5, time.time())] == [
+        "j1"
     ]
-    dead = Outcome("j0", "dead", queue="default", payload="{}", reason="gave up")
-    assert [c.id for c in await backend.cycle([dead], ["default"], 10, "w", 5, now + 1.3)] == ["j1"]
     assert (await backend.dead_jobs())[0].key == "k"
 
 
@@ -174,14 +185,16 @@ async def test_saving_progress_needs_the_lease(queue: Queue) -> None:
     backend = queue.backend
     now = time.time()
     await backend.push([Envelope("s", "default", '{"cursor":0}')], now)
-    await backend.cycle([], ["default"], 10, "w", 0.2, now)
-    assert await backend.save_progress("s", "w", '{"cursor":5}', 5, now + 0.1)
-    assert not await backend.save_progress("s", "thief", '{"cursor":9}', 5, now + 0.1)
+    (held,) = await backend.cycle([], ["default"], 10, "w", 0.2, now)
+    assert await backend.save_progress("s", held.token, '{"cursor":5}', 0.5, now)
+    assert not await backend.save_progress("s", "not-the-token", '{"cursor":9}', 5, now)
+    await asyncio.sleep(0.3)
     # The save renewed the lease: the job is not given back at the old expiry.
-    assert await backend.cycle([], ["default"], 10, "x", 5, now + 1) == []
-    (back,) = await backend.cycle([], ["default"], 10, "x", 5, now + 6)
+    assert await backend.cycle([], ["default"], 10, "x", 5, time.time()) == []
+    await asyncio.sleep(0.3)
+    (back,) = await backend.cycle([], ["default"], 10, "x", 5, time.time())
     assert back.payload == '{"cursor":5}'
-    assert not await backend.save_progress("s", "w", '{"cursor":6}', 5, now + 6)
+    assert not await backend.save_progress("s", held.token, '{"cursor":6}', 5, time.time())
 
 
 async def test_busiest_keys(queue: Queue) -> None:

@@ -299,3 +299,49 @@ def test_three_workers_on_one_store_run_each_job_once(app: App) -> None:
     tags = sorted(int(tag) for tag, _ in done)
     assert tags == list(range(600))  # every job once: claims are atomic across processes
     assert len({pid for _, pid in done}) >= 2
+
+
+def test_a_paused_worker_has_no_say_when_it_resumes(app: App) -> None:
+    """SIGSTOP a worker past its lease mid-job, SIGCONT it while the job's new holder
+    still runs it: the paused worker's outcome is refused (before fencing it was
+    applied, and the key's next job started alongside the new holder's run)."""
+    first = enqueue(app, "slow", '"k1"', "1.0", "--key", "k")
+    enqueue(app, "slow", '"k2"', "0.1", "--key", "k")
+    paused = app.worker("--lease", "0.8", "--heartbeat", "0.2")
+    app.wait_for("start")
+    paused.send_signal(signal.SIGSTOP)
+    try:
+        holder = app.worker("--lease", "0.8", "--heartbeat", "0.2")
+        starts = app.wait_for("start", 2)  # the lease ran out: the holder runs k1 again
+        assert starts[1] == ["k1", str(holder.pid)]
+        time.sleep(0.3)
+    finally:
+        paused.send_signal(signal.SIGCONT)  # its run of k1 ends now, mid the holder's run
+    app.wait_for("done", 2)
+    time.sleep(0.5)
+    done = app.lines("done")
+    order = [(kind, tag, pid) for kind in ("start", "done") for tag, pid in app.lines(kind)]
+    # The paused run of k1 ends at its next await after SIGCONT, or is cancelled
+    # first (its heartbeat refused): either way nothing it says is applied.
+    stale = [("done", "k1", str(paused.pid))]
+    assert sorted(set(order) - set(stale)) == sorted(
+        [
+            ("start", "k1", str(paused.pid)),
+            ("start", "k1", str(holder.pid)),
+            ("start", "k2", str(holder.pid)),
+            ("done", "k1", str(holder.pid)),
+            ("done", "k2", str(holder.pid)),
+        ]
+    ), order
+    assert len(order) in (5, 6), order
+    # Per-key order: k2 started only after the holder's k1 was done.
+    assert done.index(["k1", str(holder.pid)]) < done.index(["k2", str(holder.pid)])
+    log = app.log.read_text().splitlines()
+    assert log.index(f"done k1 {holder.pid}") < log.index(f"start k2 {holder.pid}")
+    assert status(app, first) == "done"
+    for proc in (paused, holder):
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+    lost = [line for line in app.output(paused).splitlines() if " lost job " in line]
+    assert len(lost) == 1 and f"lost job {first} (slow, queue 'default')" in lost[0], lost
+    assert app.cli("dead", "list", "app_jobs:queue").stdout.strip() in ("", "no dead jobs")

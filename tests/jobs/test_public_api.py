@@ -11,9 +11,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 EXPECTED = {
+    "ArgumentError",
     "Backend",
     "Backoff",
     "Claimed",
+    "Claims",
     "ConfigError",
     "Cron",
     "DEAD_MAX",
@@ -21,6 +23,7 @@ EXPECTED = {
     "DEFAULT_RETRIES",
     "DeadJob",
     "DeadJobError",
+    "DelayError",
     "Envelope",
     "Every",
     "Handle",
@@ -37,6 +40,7 @@ EXPECTED = {
     "KeyInfo",
     "LeaseLost",
     "MemoryBackend",
+    "NoRetry",
     "Outcome",
     "PayloadError",
     "Periodic",

@@ -81,7 +81,7 @@ async def test_a_dead_owner_loses_at_most_its_batch_and_the_next_resumes(queue: 
     (claimed,) = await backend.cycle([], ["default"], 1, "ghost", 0.3, now)
     body = json.loads(claimed.payload)
     body["args"][2] = 399
-    assert await backend.save_progress(claimed.id, "ghost", json.dumps(body), 0.3, now)
+    assert await backend.save_progress(claimed.id, claimed.token, json.dumps(body), 0.3, now)
     await asyncio.sleep(0.35)
     await run_until(queue, walk.done)
     assert seen == Counter(range(400, ROWS))
@@ -101,7 +101,9 @@ async def test_a_worker_that_lost_its_lease_stops(
             # Its lease moves to another worker mid-batch (as after a long stall).
             job_id = walk.shard_id("default", 0)
             backend = queue.backend
-            release = [Outcome(job_id, "release")]
+            # (Reaching into the worker: its token lets the test give the job back.)
+            ((_, token),) = worker._leases.held()
+            release = [Outcome(job_id, "release", token=token)]
             await asyncio.ensure_future(backend.cycle(release, [], 0, "x", 5, time.time()))
             thief = backend.cycle([], ["default"], 1, "thief", 0.2, time.time())
             stolen.extend(await asyncio.ensure_future(thief))
@@ -112,8 +114,10 @@ async def test_a_worker_that_lost_its_lease_stops(
     await worker.run()
     assert [c.id for c in stolen] == [walk.shard_id("default", 0)]
     assert not await walk.done()  # the first worker stopped without an outcome
-    assert "shard 0: worker" in caplog.text
-    assert "lost its lease before saving cursor 239" in caplog.text
+    job_id = walk.shard_id("default", 0)
+    lost = [r.getMessage() for r in caplog.records if "lost job" in r.getMessage()]
+    assert len(lost) == 1, lost  # said once, by the worker
+    assert f"lost job {job_id} (fenced, queue 'default'): a progress save was refused" in lost[0]
     await asyncio.sleep(0.25)  # the thief dies too; its lease expires
     await run_until(queue, walk.done)
     # Rows 200..239 (the batch in hand when the lease went) ran twice; none missed.

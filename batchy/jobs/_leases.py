@@ -1,0 +1,135 @@
+"""The claims a worker holds: their lease tokens, when each lease runs out, and losing one.
+
+A claim is held from the cycle that claimed it until its outcome has been
+through a cycle (applied or refused), so a finished job whose outcome waits for
+the next round trip is still renewed. It is keyed by ``(job id, lease token)``:
+a job the worker lost and then claimed again is a second claim, and the first
+run's outcome must never pass for the second's.
+
+When the store refuses a claim's token (a heartbeat, a progress save or an
+outcome: the lease ran out and moved on while the worker's loop was blocked or
+its process paused), the claim is *lost*: the worker logs it once, in a whole
+sentence, stops renewing it, cancels its run if it still goes on, and drops its
+outcome unsent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ._errors import PayloadError
+from ._hooks import log
+from ._model import Claimed, Outcome, Serializer, decode
+
+__all__ = ["Claim", "Leases"]
+
+#: ``(job id, lease token)``: one claim of one job.
+Claim = tuple[str, str]
+
+
+@dataclass(slots=True)
+class _Lease:
+    job: Claimed
+    until: float  # time.monotonic() at which the lease runs out unless renewed
+    lost: bool = False  # the store refused its token: no longer this worker's job
+
+
+class Leases:
+    """The claims of one worker (``worker`` its id, ``lease`` its lease in seconds)."""
+
+    def __init__(self, worker: str, lease: float, serializer: Serializer) -> None:
+        self.worker = worker
+        self.lease = lease
+        self.serializer = serializer
+        self._held: dict[Claim, _Lease] = {}
+
+    def add(self, job: Claimed, sent: float) -> Claim:
+        """A job claimed by a cycle sent at ``sent`` (monotonic): its lease starts no earlier."""
+        claim = (job.id, job.token)
+        self._held[claim] = _Lease(job, sent + self.lease)
+        return claim
+
+    def holds(self, claim: Claim) -> bool:
+        """True while ``claim`` is this worker's (not settled, not lost)."""
+        lease = self._held.get(claim)
+        return lease is not None and not lease.lost
+
+    def fresh(self, claim: Claim) -> bool:
+        """True if ``claim`` is held and its lease has not run out by this worker's reckoning."""
+        lease = self._held.get(claim)
+        if lease is None or lease.lost:
+            return False
+        if time.monotonic() < lease.until:
+            return True
+        self._lose(lease, "its lease ran out before its run began")
+        return False
+
+    def held(self) -> list[Claim]:
+        """The claims to renew: every one not lost, finished or not."""
+        return [claim for claim, lease in self._held.items() if not lease.lost]
+
+    def renewed(self, claims: Sequence[Claim], lost: Iterable[str], sent: float) -> None:
+        """A heartbeat sent at ``sent`` renewed ``claims`` except the ids in ``lost``."""
+        refused = set(lost)
+        for claim in claims:
+            lease = self._held.get(claim)
+            if lease is None:
+                continue  # settled while the heartbeat was on its way
+            if claim[0] in refused:
+                self._lose(lease, "its heartbeat was refused")
+            else:
+                lease.until = sent + self.lease
+
+    def finished(self, claim: Claim, outcome: Outcome | None) -> Outcome | None:
+        """The run of ``claim`` ended: the outcome to send (with its token), or None.
+
+        ``outcome`` None means the run stopped because a progress save was refused.
+        A lost claim's outcome is not sent: the store would refuse it anyway.
+        """
+        lease = self._held.get(claim)
+        if lease is None or outcome is None or lease.lost:
+            self._held.pop(claim, None)
+            if lease is not None and outcome is None:
+                self._lose(lease, "a progress save was refused")
+            return None
+        return outcome.with_token(claim[1])
+
+    def drop(self, claim: Claim) -> None:
+        """Forget ``claim`` without an outcome (its run was cancelled or crashed)."""
+        self._held.pop(claim, None)
+
+    def settle(self, outcomes: Sequence[Outcome], refused: Sequence[str]) -> None:
+        """``outcomes`` went through a cycle, which refused the ids ``refused``."""
+        refused_ids = set(refused)
+        for outcome in outcomes:
+            lease = self._held.pop((outcome.id, outcome.token), None)
+            if lease is not None and outcome.id in refused_ids:
+                self._lose(lease, f"its {outcome.kind} outcome was refused")
+
+    def _lose(self, lease: _Lease, how: str) -> None:
+        if lease.lost:
+            return  # said once already
+        lease.lost = True
+        job = lease.job
+        try:
+            name = decode(job, self.serializer).job
+        except PayloadError:
+            name = "?"
+        over = max(0.0, time.monotonic() - lease.until)
+        log.warning(
+            "worker %s lost job %s (%s, queue %r): %s, %.1fs after its %gs lease ran out "
+            "without a renewal, so the store gave it to another worker and only that "
+            "worker's outcome counts; this worker drops its own. Raise lease= above the "
+            "longest pause of this worker, give the job a timeout= shorter than the lease "
+            "if it can hang, and never block the event loop in a handler (await, or run "
+            "blocking code in a thread): a blocked loop sends no heartbeats.",
+            self.worker,
+            job.id,
+            name,
+            job.queue,
+            how,
+            over,
+            self.lease,
+        )

@@ -1,0 +1,71 @@
+"""Whether the store answers a worker: one log line when it stops, one when it is back.
+
+While the store is unreachable the worker waits longer and longer between tries
+(doubling from ``poll_interval`` up to ten poll intervals, at most 30 s, with a
+little jitter so a fleet does not come back in lockstep) and logs nothing per
+try: an hour-long outage is two lines, not thousands of tracebacks.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from . import _clock
+from ._failure import describe
+from ._hooks import log
+
+__all__ = ["Outage"]
+
+#: The longest wait between two tries, whatever the poll interval.
+MAX_BACKOFF = 30.0
+
+
+class Outage:
+    """The store's state as worker ``worker`` sees it; ``base`` is its poll interval.
+
+    Each kind of call (``what``: the turn's cycle, the heartbeat) fails and
+    recovers on its own: the store is back when every kind that failed went
+    through again, so a store that answers cycles but not heartbeats is one
+    outage, not one per turn.
+    """
+
+    def __init__(self, worker: str, base: float) -> None:
+        self.worker = worker
+        self.base = base
+        self.cap = max(base, min(MAX_BACKOFF, 10 * base))
+        self.failing: dict[str, int] = {}  # kind of call -> failures in a row
+        self.failures = 0  # during this outage, all kinds
+        self._since = 0.0  # time.monotonic() of the first failure
+
+    def failed(self, error: BaseException, what: str = "cycle") -> float:
+        """A ``what`` call to the store raised ``error``: seconds to wait before the next."""
+        if not self.failing:
+            self._since = time.monotonic()
+            since = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(_clock.now()))
+            log.error(
+                "worker %s: store unreachable since %s (%s failed): %s; trying again with "
+                "backoff (up to %gs apart)",
+                self.worker,
+                since,
+                what,
+                describe(error),
+                self.cap,
+            )
+        else:
+            log.debug("worker %s: store still unreachable: %s", self.worker, describe(error))
+        self.failures += 1
+        streak = self.failing[what] = self.failing.get(what, 0) + 1
+        delay: float = min(self.cap, self.base * 2.0 ** min(streak - 1, 32))
+        return delay * random.uniform(0.75, 1.0)
+
+    def ok(self, what: str = "cycle") -> None:
+        """A ``what`` call to the store went through."""
+        if self.failing.pop(what, None) is not None and not self.failing:
+            log.warning(
+                "worker %s: store back after %.1fs (%d failed tries)",
+                self.worker,
+                time.monotonic() - self._since,
+                self.failures,
+            )
+            self.failures = 0

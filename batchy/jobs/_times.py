@@ -1,0 +1,59 @@
+"""Which delays and run times the job system accepts: finite seconds >= 0, or an aware datetime.
+
+Every door a time comes in by checks it here (``options(delay=, at=)``, a
+:class:`JobCall`, ``Retry(delay=)``, a backoff's answer, a store's envelopes and
+outcomes), because one NaN that reaches a store fails its whole round trip, and
+with it the outcomes of every other job in that round trip.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import numbers
+
+from ._errors import DelayError
+
+__all__ = ["check_at", "check_delay", "delay_problem"]
+
+_SECONDS = "a finite number of seconds >= 0 (an int or float, e.g. {name}=60)"
+_TIME = "a Unix time in seconds (e.g. time.time() + 60) or an aware datetime"
+
+
+def delay_problem(value: object) -> str | None:
+    """What is wrong with ``value`` as seconds (``"is not finite"``), or None if it is fine."""
+    # bool is an int to Python, but delay=True is a mistake, not one second.
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return f"is a {type(value).__name__}, not a number"
+    if not math.isfinite(value):
+        return "is not finite"
+    if value < 0:
+        return "is negative"
+    return None
+
+
+def check_delay(value: object, what: str, name: str = "delay", hint: str = "") -> float:
+    """``value`` as float seconds; a :class:`DelayError` naming ``what`` and ``name`` if not."""
+    problem = delay_problem(value)
+    if problem is not None:
+        raise DelayError(
+            f"{what}: {name}={value!r} {problem}; pass {_SECONDS.format(name=name)}{hint}"
+        )
+    return float(value)  # type: ignore[arg-type]  # a Real, checked above
+
+
+def check_at(value: object, what: str) -> float:
+    """``value`` (a Unix time or an aware datetime) as a Unix time; a :class:`DelayError` if not."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            # A naive datetime means local time to Python and UTC to most servers:
+            # guessing would run the job hours early or late.
+            raise DelayError(
+                f"{what}: at={value!r} has no time zone; pass an aware datetime "
+                "(datetime.now(UTC) + timedelta(hours=1)) or a Unix time"
+            )
+        return value.timestamp()
+    problem = delay_problem(value)
+    if problem is not None:
+        raise DelayError(f"{what}: at={value!r} {problem}; pass {_TIME}")
+    return float(value)  # type: ignore[arg-type]  # a Real, checked above

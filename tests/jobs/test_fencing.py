@@ -1,0 +1,229 @@
+"""Fencing, on every store: only the holder of a job's current lease token may speak for it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import pytest
+
+from batchy.jobs import Backend, Envelope, Outcome, Queue, Worker, WorkerInfo
+
+from .conftest import fast_worker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def steal(backend: Backend, job_id: str = "j0") -> tuple[str, str]:
+    """``job_id`` claimed by worker A (lease 0.2 s), then, after the lease, by worker B."""
+    (a,) = await backend.cycle([], ["default"], 1, "A", 0.2, time.time())
+    await asyncio.sleep(0.3)
+    (b,) = await backend.cycle([], ["default"], 1, "B", 5, time.time())
+    assert a.id == b.id == job_id and a.token and b.token and a.token != b.token
+    return a.token, b.token
+
+
+async def beat(backend: Backend, worker: str, held: list[tuple[str, str]]) -> list[str]:
+    """A heartbeat of ``worker`` for ``held`` with a 5 s lease: the ids not renewed."""
+    info = WorkerInfo(worker, "host", 1, ("default",), 1)
+    return await backend.heartbeat(info, held, 5, time.time())
+
+
+async def test_a_stale_token_is_refused_and_the_holders_is_not(backend: Backend) -> None:
+    await backend.push([Envelope("j0", "default", "{}")], time.time())
+    old, new = await steal(backend)
+    # A comes back: its heartbeat, progress save, release and outcome are all refused.
+    assert await beat(backend, "A", [("j0", old)]) == ["j0"]
+    assert not await backend.save_progress("j0", old, '{"stale":1}', 5, time.time())
+    for kind in ("release", "retry", "dead", "done"):
+        stale = Outcome("j0", kind, queue="default", payload="{}", result='"A"', keep=60, token=old)  # type: ignore[arg-type]
+        done = await backend.cycle([stale], ["default"], 1, "A", 5, time.time())
+        assert (list(done), done.refused) == ([], ["j0"]), kind
+        assert (await backend.status("j0", time.time())).state == "running"
+    assert await backend.dead_jobs() == []
+    # B, the holder, is heard: its renewal, its save, its result.
+    assert await beat(backend, "B", [("j0", new)]) == []
+    assert await backend.save_progress("j0", new, '{"mine":1}', 5, time.time())
+    done = Outcome("j0", "done", queue="default", result='"B"', keep=60, token=new)
+    assert (await backend.cycle([done], [], 0, "B", 5, time.time())).refused == []
+    status = await backend.status("j0", time.time())
+    assert (status.state, status.result) == ("done", '"B"')
+    # Once done, nobody holds it: even the last holder's second word is refused.
+    again = await backend.cycle([done], [], 0, "B", 5, time.time())
+    assert again.refused == ["j0"]
+
+
+async def test_a_stale_outcome_never_moves_an_ordering_key_on(backend: Backend) -> None:
+    await backend.push([Envelope(f"j{i}", "default", "{}", key="k") for i in range(2)], time.time())
+    old, new = await steal(backend)
+    stale = Outcome("j0", "done", queue="default", token=old)
+    # j1 stays behind j0, which B still runs.
+    assert await backend.cycle([stale], ["default"], 10, "A", 5, time.time()) == []
+    (busiest,), _ = await backend.keys(time.time())
+    assert (busiest.head, busiest.state, busiest.jobs) == ("j0", "running", 2)
+    done = Outcome("j0", "done", queue="default", token=new)
+    assert [c.id for c in await backend.cycle([done], ["default"], 10, "B", 5, time.time())] == [
+        "j1"
+    ]
+
+
+def silence(worker: Worker) -> asyncio.Event:
+    """Stop ``worker``'s heartbeats (a stalled network, a paused process) until the event is set."""
+    resume = asyncio.Event()
+    beat = worker._beat
+
+    async def maybe_beat() -> None:
+        if resume.is_set():
+            await beat()
+
+    worker._beat = maybe_beat  # type: ignore[method-assign]
+    return resume
+
+
+def lost_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if " lost job " in r.getMessage()]
+
+
+@pytest.mark.parametrize("retries", [0, 3])
+async def test_a_worker_back_from_a_stall_has_no_say(
+    queue: Queue, caplog: pytest.LogCaptureFixture, retries: int
+) -> None:
+    """A's run of seq 1 stalls past its lease; B runs it again; then A reports a failure.
+
+    Before fencing: with retries=0 the job ended dead, B's result was lost and seq 2
+    started while B still ran seq 1; with retries left a third run started.
+    """
+    caplog.set_level(logging.WARNING, "batchy.jobs")
+    events: list[tuple[str, int, int]] = []  # (start|end, seq, run of that seq)
+    a_may_fail, b_running, b_may_finish = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    @queue.job(ordered_by="key", retries=retries, backoff=lambda n, e: 0.0)
+    async def step(key: int, seq: int) -> str:
+        run = sum(1 for kind, s, _ in events if kind == "start" and s == seq) + 1
+        events.append(("start", seq, run))
+        try:
+            if seq == 1 and run == 1:  # worker A, stalled past its lease
+                await a_may_fail.wait()
+                raise RuntimeError("A's stale failure")
+            if seq == 1 and run == 2:  # worker B, the new holder
+                b_running.set()
+                await b_may_finish.wait()
+                return "B's result"
+            return "ok"
+        finally:
+            events.append(("end", seq, run))
+
+    first = await step.enqueue(7, 1)
+    second = await step.enqueue(7, 2)
+    a = fast_worker(queue, lease=0.3, heartbeat=0.1, concurrency=1)
+    resume_a = silence(a)
+    a_task = asyncio.create_task(a.run())
+    while not events:
+        await asyncio.sleep(0.01)
+    b = fast_worker(queue, lease=2.0)
+    b_task = asyncio.create_task(b.run())
+    await asyncio.wait_for(b_running.wait(), 5)  # A's lease ran out: B took seq 1
+    a_may_fail.set()  # A reports its failure; the store refuses it
+    await asyncio.sleep(0.4)
+    resume_a.set()  # and A's heartbeats come back: no second warning
+    await asyncio.sleep(0.2)
+    assert (await first.status()).state == "running"  # still B's
+    assert ("start", 1, 3) not in events  # no third run
+    assert not any(s == 2 for _, s, _ in events)  # seq 2 waits for B
+    assert await queue.dead_jobs() == []
+    b_may_finish.set()
+    assert await first.result(timeout=5) == "B's result"
+    assert await second.result(timeout=5) == "ok"
+    for worker, task in ((a, a_task), (b, b_task)):
+        worker.stop()
+        await task
+    assert events.index(("end", 1, 2)) < events.index(("start", 2, 1))
+    assert [e for e in events if e[1] == 1 and e[0] == "start"] == [
+        ("start", 1, 1),
+        ("start", 1, 2),
+    ]
+    (line,) = lost_lines(caplog)
+    kind = "dead" if retries == 0 else "retry"
+    assert line.startswith(f"worker {a.id} lost job {first.id} (")
+    assert f"queue 'default'): its {kind} outcome was refused, " in line
+    assert "s after its 0.3s lease ran out without a renewal" in line
+    assert "Raise lease=" in line and "timeout=" in line and "never block the event loop" in line
+    assert line.endswith(".")
+
+
+async def test_a_lost_lease_is_logged_once_and_the_job_let_go(
+    queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "batchy.jobs")
+    runs: list[str] = []
+    a_may_finish = asyncio.Event()
+
+    cancelled: list[str] = []
+
+    @queue.job
+    async def job() -> str:
+        runs.append("run")
+        if len(runs) == 1:
+            try:
+                await a_may_finish.wait()
+            except asyncio.CancelledError:
+                cancelled.append("A")  # stopped: it must not go on beside B's run
+                raise
+            return "A"
+        await asyncio.sleep(1.0)
+        return "B"
+
+    handle = await job.enqueue()
+    a = fast_worker(queue, lease=0.3, heartbeat=0.05, concurrency=1)
+    resume_a = silence(a)
+    a_task = asyncio.create_task(a.run())
+    while not runs:
+        await asyncio.sleep(0.01)
+    b = fast_worker(queue, lease=2.0)
+    b_task = asyncio.create_task(b.run())
+    while len(runs) < 2:
+        await asyncio.sleep(0.01)
+    resume_a.set()  # A's heartbeats reach the store again: refused
+    await asyncio.sleep(0.3)  # several heartbeats
+    lines = lost_lines(caplog)
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert f"lost job {handle.id} (" in line and "its heartbeat was refused, " in line
+    info = await queue.info()
+    assert {w.id: w.running for w in info.workers}[a.id] == ()  # A no longer counts it
+    assert cancelled == ["A"]
+    a_may_finish.set()  # A's run ends: its outcome is dropped, not even sent
+    await asyncio.sleep(0.2)
+    assert (await handle.status()).state == "running"
+    assert await handle.result(timeout=5) == "B"
+    for worker, task in ((a, a_task), (b, b_task)):
+        worker.stop()
+        await task
+    assert len(lost_lines(caplog)) == 1
+    assert a.processed == 0 and b.processed == 1
+
+
+async def test_shutdown_releases_only_jobs_still_held(queue: Queue) -> None:
+    started: list[Any] = []
+
+    @queue.job
+    async def stuck() -> None:
+        started.append(1)
+        await asyncio.sleep(30)
+
+    handle = await stuck.enqueue()
+    a = fast_worker(queue, lease=0.3, heartbeat=0.1, shutdown_timeout=0.05, concurrency=1)
+    silence(a)
+    a_task = asyncio.create_task(a.run())
+    while not started:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.35)
+    (b_claim,) = await queue.backend.cycle([], ["default"], 1, "B", 5, time.time())
+    a.stop()
+    await a_task  # its release of the job (now B's) is refused: B keeps it
+    assert (await handle.status()).state == "running"
+    assert await queue.backend.cycle([], ["default"], 1, "C", 5, time.time()) == []
+    done = Outcome(handle.id, "done", queue="default", token=b_claim.token)
+    assert (await queue.backend.cycle([done], [], 0, "B", 5, time.time())).refused == []

@@ -1,0 +1,228 @@
+"""Logs that tell the truth: attempt numbers, the real next run, and one line per store outage."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+from batchy.jobs import Claimed, MemoryBackend, Outcome, Queue, Retry
+
+from .conftest import fast_worker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def job_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("job ")]
+
+
+async def test_retry_logs_the_attempt_and_the_delay(caplog: pytest.LogCaptureFixture) -> None:
+    queue = Queue(MemoryBackend())
+
+    @queue.job(name="flaky", retries=3, backoff=lambda count, error: 42.0)
+    async def flaky() -> None:
+        raise ValueError("boom")
+
+    handle = await flaky.enqueue()
+    with caplog.at_level(logging.INFO, "batchy.jobs"):
+        await fast_worker(queue, burst=True).run()
+    (line,) = job_lines(caplog)
+    assert line.startswith(f"job {handle.id} flaky attempt 1 failed after 0.0")
+    assert line.endswith("s: ValueError: boom; attempt 2 in 42.0s")
+
+
+async def test_retry_requested_logs_its_delay(caplog: pytest.LogCaptureFixture) -> None:
+    queue = Queue(MemoryBackend())
+
+    @queue.job(name="later")
+    async def later() -> None:
+        raise Retry(delay=7.5, reason="API down")
+
+    await later.enqueue()
+    with caplog.at_level(logging.INFO, "batchy.jobs"):
+        await fast_worker(queue, burst=True).run()
+    (line,) = job_lines(caplog)
+    assert "attempt 1 failed" in line and line.endswith("; attempt 2 in 7.5s")
+
+
+async def test_dead_log_and_dead_list_count_alike(caplog: pytest.LogCaptureFixture) -> None:
+    queue = Queue(MemoryBackend())
+
+    @queue.job(name="doomed", retries=2, backoff=lambda count, error: 0.0)
+    async def doomed() -> None:
+        raise ValueError("boom")
+
+    handle = await doomed.enqueue()
+    with caplog.at_level(logging.INFO, "batchy.jobs"):
+        await fast_worker(queue, burst=True).run()
+    lines = job_lines(caplog)
+    assert [line.split(" failed")[0] for line in lines] == [
+        f"job {handle.id} doomed attempt {n}" for n in (1, 2, 3)
+    ]
+    assert lines[0].endswith("; attempt 2 in 0.0s") and lines[1].endswith("; attempt 3 in 0.0s")
+    assert lines[2].endswith("; dead: failed 3 time(s); retries=2 exhausted")
+    (dead,) = await queue.dead_jobs()
+    assert dead.reason == "ValueError: boom (failed 3 time(s); retries=2 exhausted)"
+
+
+async def test_done_after_retries_names_its_attempt(caplog: pytest.LogCaptureFixture) -> None:
+    queue = Queue(MemoryBackend())
+    runs = []
+
+    @queue.job(name="second", backoff=lambda count, error: 0.0)
+    async def second() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            raise ValueError("once")
+
+    await second.enqueue()
+    with caplog.at_level(logging.INFO, "batchy.jobs"):
+        await fast_worker(queue, burst=True).run()
+    lines = job_lines(caplog)
+    assert "attempt 1 failed" in lines[0]
+    assert " done in " in lines[1] and lines[1].endswith("(attempt 2)")
+
+
+class FlakyStore(MemoryBackend):
+    """A memory store whose ``cycle`` fails ``failures`` times from the ``after``-th call."""
+
+    def __init__(self, failures: int, after: int = 1) -> None:
+        super().__init__()
+        self.failures = failures
+        self.after = after
+        self.calls: list[float] = []
+
+    async def cycle(
+        self,
+        outcomes: Sequence[Outcome],
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease: float,
+        now: float,
+    ) -> list[Claimed]:
+        self.calls.append(time.monotonic())
+        if self.after <= len(self.calls) < self.after + self.failures:
+            raise ConnectionError("connection refused")
+        return await super().cycle(outcomes, queues, limit, worker, lease, now)
+
+
+async def test_store_outage_backs_off_and_logs_twice(caplog: pytest.LogCaptureFixture) -> None:
+    store = FlakyStore(failures=7)
+    queue = Queue(store)
+
+    @queue.job(name="noop")
+    async def noop() -> None:
+        return None
+
+    handle = await noop.enqueue()
+    with caplog.at_level(logging.DEBUG, "batchy.jobs"):
+        await fast_worker(queue, burst=True, poll_interval=0.01).run()
+    assert (await handle.status()).state == "done"
+    store_lines = [
+        r for r in caplog.records if "store" in r.getMessage() and r.levelno >= logging.INFO
+    ]
+    assert len(store_lines) == 2, [r.getMessage() for r in store_lines]
+    down, up = store_lines
+    assert down.levelno == logging.ERROR and down.exc_info is None
+    assert "store unreachable since " in down.getMessage()
+    assert down.getMessage().endswith(
+        "(cycle failed): ConnectionError: connection refused; trying again with backoff "
+        "(up to 0.1s apart)"
+    )
+    assert up.levelno == logging.WARNING
+    assert "store back after " in up.getMessage() and "(7 failed tries)" in up.getMessage()
+    assert not any(r.exc_info for r in caplog.records)
+    # Exponential backoff, capped at 10 poll intervals: 7 failures take well over 7 polls.
+    gaps = [b - a for a, b in zip(store.calls[1:9], store.calls[2:9], strict=False)]
+    assert sum(gaps) > 0.2, gaps
+    assert max(gaps) < 0.5, gaps
+
+
+async def test_an_outage_that_ends_and_starts_again_logs_each_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = FlakyStore(failures=2)
+    queue = Queue(store)
+    with caplog.at_level(logging.INFO, "batchy.jobs"):
+        await fast_worker(queue, burst=True, poll_interval=0.01).run()
+        store.calls.clear()
+        await fast_worker(queue, burst=True, poll_interval=0.01).run()
+    messages = [r.getMessage() for r in caplog.records if "store " in r.getMessage()]
+    assert len(messages) == 4
+    assert ["unreachable" in m for m in messages] == [True, False, True, False]
+
+
+# -- Redis: an id in a queue list with no payload ---------------------------------------
+
+
+@pytest.fixture
+async def rqueue(redis_server: tuple[str, int]) -> AsyncIterator[Queue]:
+    from batchy_contrib.redis_jobs import RedisBackend
+
+    host, port = redis_server
+    backend = RedisBackend(f"redis://{host}:{port}/11", prefix=f"ltest:{uuid.uuid4().hex[:8]}:")
+    yield Queue(backend)
+    keys = [k async for k in backend.redis.scan_iter(match=backend.prefix + "*")]
+    if keys:
+        await backend.redis.delete(*keys)
+    await backend.close()
+
+
+async def test_redis_entry_without_payload_is_logged(
+    rqueue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = rqueue.backend
+    r, p = backend.redis, backend.prefix  # type: ignore[attr-defined]
+    await r.rpush(p + "q:default", "orphan")
+    with caplog.at_level(logging.INFO, "batchy.jobs"):
+        await rqueue.worker(burst=True, poll_interval=0.01).run()
+    (line,) = [r.getMessage() for r in caplog.records if "orphan" in r.getMessage()]
+    assert line.startswith("queue 'default' held job id 'orphan' with no payload")
+    assert "dropped it (1 such entries so far)" in line
+    assert "maxmemory-policy noeviction" in line
+    assert backend.dropped == 1  # type: ignore[attr-defined]
+    assert await r.llen(p + "q:default") == 0
+
+
+class DeafStore(MemoryBackend):
+    """A memory store whose 2nd to 4th heartbeats fail (the first, at start, goes through)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.beats = 0
+
+    async def heartbeat(self, worker, held, lease, now):  # type: ignore[no-untyped-def]
+        self.beats += 1
+        if 1 < self.beats <= 4:
+            raise ConnectionError("heartbeat refused")
+        return await super().heartbeat(worker, held, lease, now)
+
+
+async def test_failing_heartbeats_log_one_line_not_a_traceback_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import asyncio
+
+    store = DeafStore()
+    worker = fast_worker(Queue(store), lease=0.3, poll_interval=0.01)
+    with caplog.at_level(logging.INFO, "batchy.jobs"):
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.6)
+        worker.stop()
+        await task
+    assert store.beats >= 5
+    lines = [r.getMessage() for r in caplog.records if "store" in r.getMessage()]
+    assert len(lines) == 2, lines
+    down, up = lines
+    assert "store unreachable since" in down
+    assert down.endswith(
+        "(heartbeat failed): ConnectionError: heartbeat refused; trying again with backoff "
+        "(up to 0.1s apart)"
+    )
+    assert "store back after" in up and up.endswith("(3 failed tries)")
+    assert not any(r.exc_info for r in caplog.records)

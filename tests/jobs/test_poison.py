@@ -1,0 +1,499 @@
+"""Poison input hurts only itself: bad delays, handlers raising BaseException, arguments that do
+not fit, cron expressions that never tick, apps that do not import (issue 12, section 3)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import batchy
+from batchy.__main__ import main
+from batchy.jobs import (
+    ArgumentError,
+    ConfigError,
+    Cron,
+    DelayError,
+    JobDefinitionError,
+    JobError,
+    MemoryBackend,
+    NoRetry,
+    Queue,
+    Retry,
+    parse_queues,
+)
+from batchy.jobs._model import Message, encode
+
+from .conftest import fast_worker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def queue() -> Queue:
+    return Queue(MemoryBackend())
+
+
+def quick(count: int, error: BaseException) -> float:
+    return 0.0
+
+
+# -- delays and times ---------------------------------------------------------------
+
+
+def test_delay_errors_are_job_errors() -> None:
+    assert issubclass(DelayError, JobError) and issubclass(DelayError, ValueError)
+    assert issubclass(ArgumentError, JobError) and issubclass(ArgumentError, TypeError)
+    assert issubclass(NoRetry, JobError)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (math.nan, "is not finite"),
+        (math.inf, "is not finite"),
+        (-1, "is negative"),
+        ("5", "is a str, not a number"),
+        (True, "is a bool, not a number"),
+    ],
+)
+async def test_bad_delays_are_refused_at_enqueue(queue: Queue, value: object, problem: str) -> None:
+    @queue.job(name="mail.send")
+    async def send(to: str) -> None: ...
+
+    with pytest.raises(DelayError) as info:
+        await send.options(delay=value).enqueue("a")  # type: ignore[arg-type]
+    message = str(info.value)
+    assert message.startswith(f"job 'mail.send': delay={value!r} {problem}")
+    assert "a finite number of seconds >= 0 (an int or float, e.g. delay=60)" in message
+    with pytest.raises(DelayError, match=r"job 'mail\.send': delay="):
+        await queue.enqueue_many([send.call("b"), send.options(delay=value).call("c")])  # type: ignore[arg-type]
+    assert (await queue.info()).queues == ()  # nothing at all was enqueued
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -5.0, "tomorrow"])
+def test_bad_times_are_refused_at_enqueue(queue: Queue, value: object) -> None:
+    @queue.job(name="mail.send")
+    async def send(to: str) -> None: ...
+
+    with pytest.raises(DelayError) as info:
+        send.options(at=value).enqueue_sync("a")  # type: ignore[arg-type]
+    assert str(info.value).startswith(f"job 'mail.send': at={value!r} ")
+    assert "a Unix time in seconds (e.g. time.time() + 60) or an aware datetime" in str(info.value)
+
+
+async def test_at_takes_an_aware_datetime_and_refuses_a_naive_one(queue: Queue) -> None:
+    @queue.job(name="mail.send")
+    async def send(to: str) -> None: ...
+
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    handle = await send.options(at=later).enqueue("a")
+    assert (await handle.status()).state == "scheduled"
+    with pytest.raises(DelayError) as info:
+        await send.options(at=later.replace(tzinfo=None)).enqueue("b")
+    assert "has no time zone" in str(info.value) and "datetime.now(UTC)" in str(info.value)
+
+
+def test_retry_refuses_a_bad_delay() -> None:
+    for value in (math.nan, math.inf, -1.0, "5"):
+        with pytest.raises(DelayError) as info:
+            Retry(delay=value)  # type: ignore[arg-type]
+        assert str(info.value).startswith(f"Retry: delay={value!r} ")
+        assert "or leave it out for the job's backoff" in str(info.value)
+    assert Retry(delay=0).delay == 0.0
+
+
+async def test_a_bad_backoff_kills_only_its_job(queue: Queue) -> None:
+    class SneakyRetry(Retry):
+        pass
+
+    @queue.job(retries=3, backoff=lambda count, error: math.nan)
+    async def nan_backoff() -> None:
+        raise ValueError("boom")
+
+    @queue.job(retries=3)
+    async def sneaky() -> None:
+        error = SneakyRetry(delay=1)
+        error.delay = math.inf  # set past the check in Retry()
+        raise error
+
+    @queue.job
+    async def fine() -> str:
+        return "ok"
+
+    bad = [await nan_backoff.enqueue(), await sneaky.enqueue()]
+    good = await fine.enqueue()
+    await fast_worker(queue, burst=True).run()
+    assert await good.result() == "ok"
+    for handle in bad:
+        status = await handle.status()
+        assert status.state == "dead", status
+    assert "its backoff gave nan, which is not finite" in (await bad[0].status()).reason
+    assert "Retry gave delay=inf, which is not finite" in (await bad[1].status()).reason
+
+
+# -- every exception out of a handler is a failed attempt -----------------------------
+
+
+class Custom(BaseException):
+    pass
+
+
+POISON = [
+    SystemExit(3),
+    KeyboardInterrupt(),
+    GeneratorExit(),
+    asyncio.CancelledError(),
+    Custom("custom"),
+]
+
+
+@pytest.mark.parametrize("generator", [False, True], ids=["async", "generator"])
+@pytest.mark.parametrize("poison", POISON, ids=lambda e: type(e).__name__)
+async def test_base_exceptions_are_failed_attempts(
+    queue: Queue, poison: BaseException, generator: bool
+) -> None:
+    runs = []
+    if generator:
+
+        @queue.job(name="bad", retries=2, backoff=quick)
+        def bad():  # type: ignore[no-untyped-def]
+            runs.append(1)
+            raise poison
+            yield
+
+    else:
+
+        @queue.job(name="bad", retries=2, backoff=quick)
+        async def bad() -> None:
+            runs.append(1)
+            raise poison
+
+    @queue.job
+    async def fine(i: int) -> int:
+        await asyncio.sleep(0.01)
+        return i
+
+    doomed = await bad.enqueue()
+    good = [await fine.enqueue(i) for i in range(5)]
+    worker = fast_worker(queue, burst=True)
+    await asyncio.wait_for(worker.run(), 10)  # the worker keeps running and drains
+    assert [await h.result() for h in good] == list(range(5))
+    assert len(runs) == 3  # counted: the first run and 2 retries
+    status = await doomed.status()
+    assert status.state == "dead"
+    assert f"{type(poison).__name__}" in status.reason and "failed 3 time(s)" in status.reason
+
+
+async def test_kill_is_still_a_shutdown(queue: Queue) -> None:
+    started = asyncio.Event()
+
+    @queue.job(retries=0)
+    async def hold() -> None:
+        started.set()
+        await asyncio.sleep(5)
+
+    handle = await hold.enqueue()
+    worker = fast_worker(queue)
+    task = asyncio.create_task(worker.run())
+    await started.wait()
+    worker.kill()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await handle.status()).state == "running"  # left to its lease, not failed
+
+
+async def test_stop_still_hands_jobs_back(queue: Queue) -> None:
+    started = asyncio.Event()
+
+    @queue.job(retries=0)
+    async def hold() -> None:
+        started.set()
+        await asyncio.sleep(5)
+
+    handle = await hold.enqueue()
+    worker = fast_worker(queue, shutdown_timeout=0.05)
+    task = asyncio.create_task(worker.run())
+    await started.wait()
+    worker.stop()
+    await task
+    assert (await handle.status()).state == "queued"  # handed back, not dead
+
+
+# -- arguments ------------------------------------------------------------------------
+
+
+def test_arguments_are_bound_at_enqueue(queue: Queue) -> None:
+    @queue.job(name="tag.apply")
+    async def f(tag: str) -> None: ...
+
+    with pytest.raises(ArgumentError) as info:
+        f.enqueue_sync(1, 2, 3)  # type: ignore[call-arg]
+    message = str(info.value)
+    assert message.startswith("job 'tag.apply' cannot take args=(1, 2, 3) kwargs={}")
+    assert "too many positional arguments" in message
+    assert "its handler takes (tag)" in message and "nothing was enqueued" in message
+    with pytest.raises(ArgumentError, match="missing a required argument: 'tag'"):
+        f.options(delay=1).enqueue_sync()  # type: ignore[call-arg]
+    with pytest.raises(ArgumentError, match="unexpected keyword argument 'tga'"):
+        queue.enqueue_many_sync([f.call("a"), f.call("a", tga="b")])  # type: ignore[call-arg]
+    assert f.enqueue_sync(tag="ok").id
+
+
+async def test_arguments_are_bound_at_async_enqueue(queue: Queue) -> None:
+    @queue.job(name="tag.apply")
+    async def f(tag: str) -> None: ...
+
+    with pytest.raises(ArgumentError, match="too many positional arguments"):
+        await f.enqueue(1, 2)  # type: ignore[call-arg]
+    with pytest.raises(ArgumentError):
+        await queue.enqueue_many([f.call()])  # type: ignore[call-arg]
+    assert (await queue.info()).queues == ()
+
+
+async def test_a_payload_that_no_longer_binds_goes_dead_at_once(queue: Queue) -> None:
+    runs = []
+
+    @queue.job(name="tag.apply")
+    async def f(tag: str) -> None:
+        runs.append(tag)
+
+    # Enqueued by older code that passed two arguments.
+    old = Message("old", "default", "tag.apply", ["a", "b"], {})
+    await queue.backend.push(
+        [batchy.jobs.Envelope("old", "default", encode(old, queue.serializer))], time.time()
+    )
+    await fast_worker(queue, burst=True).run()
+    assert runs == []
+    status = await queue.handle("old").status()
+    assert status.state == "dead"
+    assert "no longer fit its handler" in status.reason
+    assert "too many positional arguments" in status.reason
+    assert "batchy dead retry old" in status.reason
+
+
+async def test_no_retry_sends_the_job_to_the_dead_set_at_once(queue: Queue) -> None:
+    runs = []
+
+    @queue.job(retries=5)
+    async def charge(card: str) -> None:
+        runs.append(card)
+        raise NoRetry("card deleted")
+
+    handle = await charge.enqueue("c1")
+    await fast_worker(queue, burst=True).run()
+    assert runs == ["c1"]
+    status = await handle.status()
+    assert status.state == "dead"
+    assert status.reason == "NoRetry: card deleted (failed 1 time(s); not retried: NoRetry)"
+
+
+def test_task_argument_errors_show_pythons_counts() -> None:
+    @batchy.task
+    async def f(tag: str) -> str:
+        return tag
+
+    with pytest.raises(TypeError) as info:
+        f(1, 2, 3)  # type: ignore[call-arg]
+    assert "takes 1 positional argument but 3 were given" in str(info.value)
+
+    class C:
+        @batchy.task
+        def m(self, x: int):  # type: ignore[no-untyped-def]
+            yield
+            return x
+
+    with pytest.raises(TypeError) as info:
+        C().m(1, 2)  # type: ignore[call-arg]
+    assert "takes 2 positional arguments but 3 were given" in str(info.value)  # as Python says
+
+
+# -- cron, queue weights --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("expr", ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "0 0 31 2 *"])
+def test_cron_that_never_ticks_is_refused(expr: str) -> None:
+    with pytest.raises(JobDefinitionError) as info:
+        Cron(expr)
+    assert str(info.value).startswith(f"cron expression {expr!r} never ticks")
+    assert "fix the day or month field" in str(info.value)
+    with pytest.raises(JobDefinitionError, match="never ticks"):
+        Queue(MemoryBackend()).periodic(expr)
+
+
+def test_cron_leap_day_is_fine() -> None:
+    assert Cron("0 0 29 2 *").next_after(0) > 0
+    assert Cron("0 0 30 2 1").next_after(0) > 0  # day or weekday: Mondays tick
+
+
+@pytest.mark.parametrize("expr", ["*/\u00b2 * * * *", "\u0661 * * * *", "1-\u00b3 * * * *"])
+def test_cron_non_ascii_digits_name_the_field(expr: str) -> None:
+    with pytest.raises(JobDefinitionError) as info:
+        Cron(expr)
+    assert "the minute field" in str(info.value) and "is not valid" in str(info.value)
+
+
+def test_queue_weight_non_ascii_digit() -> None:
+    with pytest.raises(ConfigError, match="weight '\u00b2' is not a positive integer"):
+        parse_queues(["critical,\u00b2"])
+
+
+# -- the command line -----------------------------------------------------------------
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *argv: str) -> int:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    return int(info.value.code or 0)
+
+
+@pytest.mark.parametrize(
+    ("source", "cause"),
+    [
+        ("def broken(:\n", "SyntaxError: invalid syntax"),
+        ("raise RuntimeError('no config')\n", "RuntimeError: no config"),
+        ("import no_such_thing_here\n", "ModuleNotFoundError: No module named"),
+    ],
+)
+def test_worker_app_that_fails_to_import(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+    cause: str,
+) -> None:
+    name = f"poison_app_{abs(hash(source))}"
+    (tmp_path / f"{name}.py").write_text(source)
+    code = run_cli(monkeypatch, tmp_path, "worker", f"{name}:queue", "--burst")
+    sys.modules.pop(name, None)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"batchy: error: app '{name}:queue': importing module {name!r} failed")
+    assert cause in err and f"{name}.py" in err and "Traceback" not in err
+
+
+def test_cli_enqueue_checks_arguments_and_delay(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "poison_cli_app.py").write_text(
+        "from batchy.jobs import Queue\n"
+        f"queue = Queue({str(tmp_path / 'jobs.db')!r})\n"
+        "@queue.job(name='tagger')\n"
+        "async def tagger(tag): ...\n"
+    )
+    code = run_cli(monkeypatch, tmp_path, "enqueue", "poison_cli_app:queue", "tagger", "1", "2")
+    assert code == 2
+    assert "job 'tagger' cannot take args=(1, 2)" in capsys.readouterr().err
+    code = run_cli(
+        monkeypatch, tmp_path, "enqueue", "poison_cli_app:queue", "tagger", "1", "--delay", "nan"
+    )
+    assert code == 2
+    assert "job 'tagger': delay=nan is not finite" in capsys.readouterr().err
+    sys.modules.pop("poison_cli_app", None)
+
+
+# -- the runner never lets a bad outcome out ----------------------------------------
+
+
+async def test_runner_turns_a_backoff_that_raises_into_a_dead_job(
+    queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(count: int, error: BaseException) -> float:
+        raise ZeroDivisionError("oops")
+
+    @queue.job(retries=3, backoff=broken)
+    async def f() -> None:
+        raise ValueError("first")
+
+    handle = await f.enqueue()
+    with caplog.at_level(logging.INFO, "batchy.jobs"):
+        await fast_worker(queue, burst=True).run()
+    status = await handle.status()
+    assert status.state == "dead"
+    assert "its backoff raised ZeroDivisionError: oops" in status.reason
+    assert "crashed the runner" not in caplog.text
+
+
+# -- declarations and the store's last look -------------------------------------------
+
+
+def test_keep_result_must_be_finite(queue: Queue) -> None:
+    for value in (math.inf, math.nan, -1):
+        with pytest.raises(JobDefinitionError) as info:
+
+            @queue.job(name="kept", keep_result=value)
+            async def kept() -> None: ...
+
+        assert str(info.value) == (
+            f"job 'test_keep_result_must_be_finite.<locals>.kept': keep_result={value!r} must "
+            "be a finite number of seconds >= 0 (0: results are not kept)"
+        )
+
+
+def test_a_periodic_handler_must_take_no_arguments(queue: Queue) -> None:
+    with pytest.raises(JobDefinitionError) as info:
+
+        @queue.periodic(60, name="report")
+        async def report(day: str) -> None: ...
+
+    assert str(info.value) == (
+        "periodic job 'report': a tick calls its handler with no arguments, but it takes "
+        "(day) (missing a required argument: 'day'); give its parameters defaults"
+    )
+
+    @queue.periodic(60, name="report2")
+    async def report2(day: str = "today") -> None: ...
+
+
+def test_screen_turns_unkeepable_outcomes_into_their_jobs_death(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from batchy.jobs import Backend, Outcome
+
+    odd = Outcome("a", "explode", queue="q")  # type: ignore[arg-type]
+    no_payload = Outcome("b", "retry", queue="q", payload=None, due=1.0)
+    kept = Outcome("c", "done", queue="q", result='"r"', keep=math.nan)
+    fine = Outcome("d", "retry", queue="q", payload="{}", due=1.0)
+    with caplog.at_level(logging.WARNING, "batchy.jobs"):
+        a, b, c, d = Backend.screen_outcomes([odd, no_payload, kept, fine])
+    assert (a.kind, b.kind, c.kind) == ("dead", "dead", "done") and d is fine
+    assert "its outcome kind 'explode' is none of done, retry, dead, release" in a.reason
+    assert "its retry outcome had payload=None, not a string" in b.reason
+    assert a.reason.endswith("`batchy dead retry a` runs it again)")
+    assert (c.keep, c.result) == (0.0, None)
+    assert "job c: keep=nan is not a finite number of seconds >= 0" in caplog.text
+
+
+def test_envelopes_with_a_bad_unique_ttl_are_refused() -> None:
+    from batchy.jobs import Backend, Envelope
+
+    with pytest.raises(DelayError) as info:
+        Backend.check_envelopes([Envelope("e1", "q", "{}", unique="u", unique_ttl=math.inf)])
+    assert str(info.value) == (
+        "job e1: unique_ttl=inf is not finite; an envelope's due is a Unix time (None: now) "
+        "and its unique_ttl seconds >= 0; nothing was enqueued"
+    )
+
+
+async def test_an_exception_whose_str_raises_is_still_a_failed_attempt(queue: Queue) -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no str for you")
+
+    @queue.job(retries=0)
+    async def weird() -> None:
+        raise Unprintable()
+
+    handle = await weird.enqueue()
+    await fast_worker(queue, burst=True).run()
+    status = await handle.status()
+    assert status.state == "dead"
+    assert status.reason.startswith("Unprintable: <str() raised RuntimeError> (failed 1 time(s)")
