@@ -30,6 +30,7 @@ from ._errors import UsageError, YieldError, short_repr
 from ._future import DONE, FAILED, PENDING, Future, from_asyncio
 from ._gather import (
     _LEAF_TYPES,
+    _PLAIN,
     FIRST,
     Gather,
     _Awaitable,
@@ -410,8 +411,6 @@ class Task(Future[T]):
 
 
 log = logging.getLogger("batchy")
-
-_PLAIN = frozenset((Future,))
 
 
 def _outcome_of(
