@@ -25,7 +25,7 @@ import time
 import traceback
 from collections.abc import Sequence
 
-from batchy.jobs import ConfigError, JobError, Queue
+from batchy.jobs import ConfigError, JobError, Queue, Worker
 
 __all__ = ["load_app", "main"]
 
@@ -115,7 +115,8 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _worker(args: argparse.Namespace) -> int:
     queue = load_app(args.app)
-    worker = queue.worker(
+    worker = Worker(
+        queue,
         queues=args.queues,
         concurrency=args.concurrency,
         lease=args.lease,

@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _hooks
 from ._errors import LoaderError, MissingKeyError, error_text, short_repr
@@ -27,10 +27,28 @@ from ._gather import Gather
 from ._task import Task
 
 if TYPE_CHECKING:
-    from ._loader import Loader
     from ._scheduler import Scheduler
 
-__all__ = ["Batch"]
+__all__ = ["Batch", "LoaderSpec"]
+
+
+class LoaderSpec(Protocol):
+    """What a batch reads of its loader; a protocol, so batches sit below the loaders."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def fn(self) -> Callable[..., Any]: ...
+    @property
+    def key_fn(self) -> Callable[[Any], Any] | None: ...
+    @property
+    def default(self) -> Any: ...
+    @property
+    def max_batch_size(self) -> int | None: ...
+    @property
+    def max_concurrency(self) -> int | None: ...
+    @property
+    def thread(self) -> bool: ...
 
 
 class Batch:
@@ -48,7 +66,7 @@ class Batch:
         "sched",
     )
 
-    def __init__(self, loader: Loader[Any, Any], sched: Scheduler) -> None:
+    def __init__(self, loader: LoaderSpec, sched: Scheduler) -> None:
         self.loader = loader
         self.sched = sched
         self.keys: list[Any] = []  # distinct keys, as the user passed them

@@ -76,20 +76,13 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-# Only batchy's public names: this module is a layer above the engine.
-from batchy import (
-    Future,
-    InvalidKeyError,
-    Loader,
-    LoaderError,
-    Scope,
-    UsageError,
-    batched,
-    failed,
-    gather,
-    resolved,
-    short_repr,
-)
+# Only names batchy exports (this module is a layer above the engine), taken from
+# their modules because the package itself imports this one.
+from ._errors import InvalidKeyError, LoaderError, UsageError, short_repr
+from ._future import Future, failed, resolved
+from ._gather import gather
+from ._loader import Loader, batched
+from ._scope import Scope
 
 __all__ = ["DataLoader", "InvalidKeyError", "InvalidStateError", "LoadFuture"]
 

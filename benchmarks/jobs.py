@@ -196,10 +196,12 @@ async def _worker_async(system: str, scenario: str, n: int, store: str) -> dict[
 
         POOL = await aiomysql.create_pool(minsize=10, maxsize=10, **MYSQL)
     if system.startswith("batchy"):
+        from batchy.jobs import Worker
+
         queue = batchy_queue(_batchy_backend(store))
         # Latency runs with the default poll interval: what it shows is the wake-up.
         poll = 0.5 if scenario == "lat" else 0.05
-        worker = queue.worker(concurrency=CONCURRENCY, poll_interval=poll, lease=60)
+        worker = Worker(queue, concurrency=CONCURRENCY, poll_interval=poll, lease=60)
         start = time.perf_counter()
         task = asyncio.create_task(worker.run())
         await _announce(scenario)

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from batchy.jobs import Backend, Queue, SQLiteBackend
+from batchy.jobs import Backend, Queue, SQLiteBackend, Worker
 
 from ._util import table
 
@@ -51,7 +51,7 @@ async def _jobs_per_s(store: str, keys: int | None, n: int) -> float:
         calls = [noop.call(i % keys if keys else i) for i in range(n)]
         for i in range(0, n, 1000):
             await queue.enqueue_many(calls[i : i + 1000])
-        worker = queue.worker(concurrency=CONCURRENCY, poll_interval=0.01, burst=True)
+        worker = Worker(queue, concurrency=CONCURRENCY, poll_interval=0.01, burst=True)
         started = time.perf_counter()
         await worker.run()
         elapsed = time.perf_counter() - started

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import batchy
-from batchy.jobs import Queue, SQLiteBackend
+from batchy.jobs import Queue, SQLiteBackend, Worker
 from batchy.testing import record
 
 # The application's data: a SQLite database of users and teams.
@@ -78,7 +78,7 @@ async def main(jobs: int, concurrency: int, quiet: bool) -> int:
     await queue.enqueue_many(send_welcome.call(uid) for uid in range(jobs))
     enqueued = time.perf_counter() - start
 
-    worker = queue.worker(concurrency=concurrency, burst=True, poll_interval=0.01)
+    worker = Worker(queue, concurrency=concurrency, burst=True, poll_interval=0.01)
     start = time.perf_counter()
     with record() as rec:
         await worker.run()

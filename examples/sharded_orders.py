@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import batchy
-from batchy.jobs import Queue
+from batchy.jobs import Queue, Worker
 from batchy_contrib import mysql
 
 warnings.filterwarnings("ignore", module="aiomysql")
@@ -146,7 +146,7 @@ async def close() -> None:
 
 async def worker() -> None:
     try:
-        await queue.worker(concurrency=8, poll_interval=0.05, lease=10).run(signals=True)
+        await Worker(queue, concurrency=8, poll_interval=0.05, lease=10).run(signals=True)
     finally:
         await queue.close()
         await close()

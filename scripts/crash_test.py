@@ -55,7 +55,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from batchy.jobs import Backend, Queue, SQLiteBackend  # noqa: E402
+from batchy.jobs import Backend, Queue, SQLiteBackend, Worker  # noqa: E402
 
 REDIS_URL = os.environ.get("BATCHY_CRASH_REDIS", "redis://127.0.0.1:6379/13")
 
@@ -147,7 +147,8 @@ def worker_main(store: str, prefix: str, log_dir: str, settings: Settings) -> No
         _clock.now = lambda: time.time() + skew
     fd = os.open(f"{log_dir}/log-{os.getpid()}.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     queue, _, _ = build(store, prefix, settings, fd)
-    worker = queue.worker(
+    worker = Worker(
+        queue,
         concurrency=settings.concurrency,
         lease=settings.lease,
         heartbeat=settings.lease / 4,

@@ -28,7 +28,7 @@ from ._errors import (
     SerializationError,
     UnknownJobError,
 )
-from ._handle import DeadJobError, Handle, ResultNotKept
+from ._handle import DeadJobError, Handle, ResultNotKept, Running
 from ._hooks import JobEvent, JobHook
 from ._job import JobCall, JobType
 from ._memory import MemoryBackend
@@ -48,7 +48,6 @@ from ._model import (
 )
 from ._queue import Periodic, Queue
 from ._retry import DEFAULT_RETRIES, Backoff, NoRetry, Retry, sidekiq_backoff
-from ._runner import Running
 from ._sharded import ShardedJob
 from ._sqlite import SQLiteBackend
 from ._worker import Worker, parse_queues

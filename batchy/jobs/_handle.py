@@ -1,19 +1,34 @@
-"""The handle enqueue returns: a job's id, and a way to ask for its state and result."""
+"""What a job's code holds of it: the :class:`Handle` enqueue returns, and the :class:`Running` job.
+
+Both reach the store through the queue that owns the job, but only through its
+``backend`` and ``serializer`` (the :class:`Store` protocol), so this module sits
+below the queue and the worker, and neither is imported from here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _clock
 from ._errors import JobError
 
 if TYPE_CHECKING:
-    from ._model import JobStatus
-    from ._queue import Queue
+    from ._backend import Backend
+    from ._model import JobStatus, Message, Serializer
 
-__all__ = ["DeadJobError", "Handle", "ResultNotKept"]
+__all__ = ["DeadJobError", "Handle", "ResultNotKept", "Running", "Store"]
+
+
+class Store(Protocol):
+    """What a handle or a running job needs of its :class:`~batchy.jobs.Queue`."""
+
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def serializer(self) -> Serializer: ...
 
 
 class DeadJobError(JobError):
@@ -29,7 +44,7 @@ class Handle:
 
     __slots__ = ("id", "queue", "queue_name")
 
-    def __init__(self, queue: Queue, job_id: str, queue_name: str) -> None:
+    def __init__(self, queue: Store, job_id: str, queue_name: str) -> None:
         self.queue = queue
         self.id = job_id
         self.queue_name = queue_name
@@ -71,3 +86,19 @@ class Handle:
                     "or check that a worker runs its queue (`batchy info`)"
                 )
             await asyncio.sleep(poll)
+
+
+@dataclass(slots=True)
+class Running:
+    """A claimed job as its handler may see it (job types with ``takes_running``).
+
+    ``message`` is live: what the handler changes in it (a sharded job's cursor in
+    its arguments) is what a retry stores. ``token`` is the claim's lease token,
+    which a progress save must carry.
+    """
+
+    queue: Store
+    message: Message
+    worker: str
+    lease: float
+    token: str = ""

@@ -7,26 +7,53 @@ import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 import batchy
 
 from ._errors import ArgumentError, JobDefinitionError
 from ._guard import guard
+from ._handle import Handle, Store
 from ._model import Message, new_id
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
 from ._times import check_at, check_delay, delay_problem
 
 if TYPE_CHECKING:
-    from ._handle import Handle
-    from ._queue import Queue
+    from collections.abc import Iterable
 
-__all__ = ["JobCall", "JobType"]
+__all__ = ["JobCall", "JobType", "Owner", "check_queue_name"]
 
 _UNCHECKED: Any = object()
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
+
+
+def check_queue_name(name: object, what: str) -> str:
+    """``name`` if it is a usable queue name; a :class:`JobDefinitionError` otherwise."""
+    if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS:
+        raise JobDefinitionError(
+            f"{what}: queue name {name!r} is not valid; use letters, digits and _-.: "
+            "(e.g. 'default', 'critical')"
+        )
+    return name
+
+
+class Owner(Store, Protocol):
+    """What a job type needs of the :class:`~batchy.jobs.Queue` that declared it.
+
+    A protocol rather than the class, so job types sit below the queue: the queue
+    builds job types, never the other way round.
+    """
+
+    @property
+    def default_queue(self) -> str: ...
+    @property
+    def keep_result(self) -> float: ...
+    async def enqueue_many(self, calls: Iterable[JobCall]) -> list[Handle]: ...
+    def enqueue_many_sync(self, calls: Iterable[JobCall]) -> list[Handle]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +132,7 @@ class JobType(Generic[P, T]):
 
     def __init__(
         self,
-        owner: Queue,
+        owner: Owner,
         fn: Callable[P, Any],
         *,
         name: str | None = None,
@@ -118,8 +145,6 @@ class JobType(Generic[P, T]):
         order_group: str | None = None,
         **unknown: Any,
     ) -> None:
-        from ._queue import check_queue_name
-
         label = getattr(fn, "__qualname__", repr(fn))
         if unknown:
             raise JobDefinitionError(
@@ -305,7 +330,5 @@ class JobType(Generic[P, T]):
         if retries is not None and (type(retries) is not int or retries < 0):
             raise JobDefinitionError(f"job {self.name!r}: retries={retries!r} must be an int >= 0")
         if queue is not None:
-            from ._queue import check_queue_name
-
             check_queue_name(queue, f"job {self.name!r}")
         return _Options(self, JobCall(self, (), {}, delay, at, retries, queue, id, key=key))

@@ -26,31 +26,19 @@ from ._backend import Backend
 from ._cron import Cron, Every, Schedule
 from ._errors import JobDefinitionError
 from ._handle import Handle
-from ._job import JobCall, JobType
+from ._job import JobCall, JobType, check_queue_name
 from ._model import DeadJob, Envelope, Info, JSONSerializer, Serializer, encode
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
+from ._sharded import SHARD_KEEP, ShardedJob
+from ._sqlite import SQLiteBackend
 
 if TYPE_CHECKING:
     from ._hooks import JobHook
-    from ._sharded import ShardedJob
-    from ._worker import Worker
 
 __all__ = ["Periodic", "Queue"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
-
-
-def check_queue_name(name: object, what: str) -> str:
-    """``name`` if it is a usable queue name; a :class:`JobDefinitionError` otherwise."""
-    if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS:
-        raise JobDefinitionError(
-            f"{what}: queue name {name!r} is not valid; use letters, digits and _-.: "
-            "(e.g. 'default', 'critical')"
-        )
-    return name
 
 
 class Periodic(Generic[P, T]):
@@ -82,8 +70,6 @@ class Queue:
         hooks: Iterable[JobHook] = (),
     ) -> None:
         if backend is None or isinstance(backend, (str, Path)):
-            from ._sqlite import SQLiteBackend
-
             backend = SQLiteBackend(backend or "batchy-jobs.db")
         if not isinstance(backend, Backend):
             raise JobDefinitionError(
@@ -202,7 +188,6 @@ class Queue:
 
         See :class:`ShardedJob`; ``await job.start(run)`` enqueues one job per shard.
         """
-        from ._sharded import SHARD_KEEP, ShardedJob
 
         def declare(f: Callable[[int, int, Any], Any]) -> ShardedJob:
             sharded = ShardedJob(
@@ -277,12 +262,6 @@ class Queue:
     async def delete_dead(self, ids: Iterable[str] | None = None) -> int:
         """Delete dead jobs (all when ``ids`` is None)."""
         return await self.backend.delete_dead(None if ids is None else list(ids))
-
-    def worker(self, **options: Any) -> Worker:
-        """A :class:`Worker` for this queue; see there for the options."""
-        from ._worker import Worker
-
-        return Worker(self, **options)
 
     async def close(self) -> None:
         """Close the store's connections."""

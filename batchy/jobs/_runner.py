@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import batchy
@@ -22,6 +21,7 @@ import batchy
 from ._errors import JobTimeout, LeaseLost, PayloadError, UnknownJobError
 from ._failure import describe, failed
 from ._guard import Escaped
+from ._handle import Running
 from ._hooks import JobEvent, emit, log
 from ._model import Claimed, Message, Outcome, decode
 
@@ -30,23 +30,7 @@ if TYPE_CHECKING:
     from ._job import JobType
     from ._queue import Queue
 
-__all__ = ["Running", "run_job"]
-
-
-@dataclass(slots=True)
-class Running:
-    """A claimed job as its handler may see it (job types with ``takes_running``).
-
-    ``message`` is live: what the handler changes in it (a sharded job's cursor in
-    its arguments) is what a retry stores. ``token`` is the claim's lease token,
-    which a progress save must carry.
-    """
-
-    queue: Queue
-    message: Message
-    worker: str
-    lease: float
-    token: str = ""
+__all__ = ["run_job"]
 
 
 async def run_job(

@@ -40,13 +40,13 @@ import batchy
 from . import _clock
 from ._errors import JobDefinitionError, LeaseLost
 from ._guard import guard
+from ._job import JobType
 from ._model import Envelope, JobStatus, Message, encode
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
 
 if TYPE_CHECKING:
-    from ._job import JobType
-    from ._queue import Queue
-    from ._runner import Running
+    from ._handle import Running
+    from ._job import Owner
 
 __all__ = ["ShardedJob"]
 
@@ -65,7 +65,7 @@ class ShardedJob:
 
     def __init__(
         self,
-        owner: Queue,
+        owner: Owner,
         fn: Callable[[int, int, Any], Any],
         *,
         shards: int,
@@ -75,8 +75,6 @@ class ShardedJob:
         backoff: Backoff = sidekiq_backoff,
         keep_result: float = SHARD_KEEP,
     ) -> None:
-        from ._job import JobType
-
         label = name or f"{fn.__module__}.{getattr(fn, '__qualname__', repr(fn))}"
         if type(shards) is not int or shards < 1:
             raise JobDefinitionError(

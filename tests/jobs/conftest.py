@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from batchy.jobs import Backend, MemoryBackend, Queue, SQLiteBackend
+from batchy.jobs import Backend, MemoryBackend, Queue, SQLiteBackend, Worker
 
 REDIS_DB = 11
 
@@ -43,4 +43,4 @@ def fast_worker(queue: Queue, **options):
     options.setdefault("poll_interval", 0.02)
     options.setdefault("lease", 2.0)
     options.setdefault("concurrency", 10)
-    return queue.worker(**options)
+    return Worker(queue, **options)

@@ -19,6 +19,7 @@ from batchy.jobs import (
     ResultNotKept,
     SerializationError,
     SQLiteBackend,
+    Worker,
     parse_queues,
 )
 
@@ -131,11 +132,11 @@ def test_bad_interval() -> None:
 
 def test_bad_worker_options(queue: Queue) -> None:
     with pytest.raises(ConfigError, match="concurrency=0 must be an int >= 1"):
-        queue.worker(concurrency=0)
+        Worker(queue, concurrency=0)
     with pytest.raises(ConfigError, match="lease=0"):
-        queue.worker(lease=0)
+        Worker(queue, lease=0)
     with pytest.raises(ConfigError, match="heartbeat=5 must be > 0 and shorter than lease=2"):
-        queue.worker(lease=2, heartbeat=5)
+        Worker(queue, lease=2, heartbeat=5)
     with pytest.raises(ConfigError, match="weight '0' is not a positive integer"):
         parse_queues(["critical,0"])
 
@@ -154,7 +155,7 @@ async def test_handle_errors(queue: Queue) -> None:
 
     dead = await boom.enqueue()
     gone = await quiet.enqueue()
-    await queue.worker(burst=True, poll_interval=0.01).run()
+    await Worker(queue, burst=True, poll_interval=0.01).run()
     with pytest.raises(DeadJobError, match=f"job {dead.id} is dead: ValueError: kaput"):
         await dead.result()
     with pytest.raises(ResultNotKept, match="set keep_result="):

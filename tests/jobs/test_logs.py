@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from batchy.jobs import Claimed, MemoryBackend, Outcome, Queue, Retry
+from batchy.jobs import Claimed, MemoryBackend, Outcome, Queue, Retry, Worker
 
 from .conftest import fast_worker
 
@@ -180,7 +180,7 @@ async def test_redis_entry_without_payload_is_logged(
     r, p = backend.redis, backend.prefix  # type: ignore[attr-defined]
     await r.rpush(p + "q:default", "orphan")
     with caplog.at_level(logging.INFO, "batchy.jobs"):
-        await rqueue.worker(burst=True, poll_interval=0.01).run()
+        await Worker(rqueue, burst=True, poll_interval=0.01).run()
     (line,) = [r.getMessage() for r in caplog.records if "orphan" in r.getMessage()]
     assert line.startswith("queue 'default' held job id 'orphan' with no payload")
     assert "dropped it (1 such entries so far)" in line

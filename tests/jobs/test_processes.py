@@ -114,7 +114,7 @@ def enqueue(app: App, job: str, *args: str) -> str:
 
 def status(app: App, job_id: str) -> str:
     code = (
-        "import asyncio, app_jobs\n"
+        "import asyncio, app_jobs\nfrom batchy.jobs import Worker\n"
         f"print(asyncio.run(app_jobs.queue.handle({job_id!r}).status()).state)"
     )
     done = subprocess.run(
@@ -194,7 +194,7 @@ def test_two_workers_enqueue_a_periodic_job_once_per_tick(app: App) -> None:
 
 def test_cross_job_batching_in_a_worker_process(app: App) -> None:
     code = (
-        "import asyncio, app_jobs\n"
+        "import asyncio, app_jobs\nfrom batchy.jobs import Worker\n"
         "q = app_jobs.queue\n"
         "asyncio.run(q.enqueue_many(app_jobs.load_user.call(i) for i in range(1000)))\n"
     )
@@ -236,10 +236,10 @@ def test_cli_info_dead_retry_delete(app: App) -> None:
     assert info.returncode == 0
     assert "default" in info.stdout and "dead: 0" in info.stdout
     code = (
-        "import asyncio, app_jobs\n"
+        "import asyncio, app_jobs\nfrom batchy.jobs import Worker\n"
         "q = app_jobs.queue\n"
         "q.jobs['slow'].retries = 0\n"
-        "asyncio.run(q.worker(burst=True, poll_interval=0.02).run())\n"
+        "asyncio.run(Worker(q, burst=True, poll_interval=0.02).run())\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=HERE, env=app.env(), check=True, timeout=30)
     assert "dead: 1" in app.cli("info", "app_jobs:queue").stdout
@@ -284,7 +284,7 @@ def test_cli_errors_name_the_problem(tmp_path: Path) -> None:
 
 def test_three_workers_on_one_store_run_each_job_once(app: App) -> None:
     code = (
-        "import asyncio, app_jobs\n"
+        "import asyncio, app_jobs\nfrom batchy.jobs import Worker\n"
         "q = app_jobs.queue\n"
         # 10 ms a job: 600 jobs keep one worker busy for 0.3 s, longer than a
         # second worker process takes to start on a loaded machine (at 1 ms, the

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from batchy.jobs import Queue
+from batchy.jobs import Queue, Worker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,7 +44,7 @@ async def test_raw_redis_writes_never_crash_a_worker(rqueue: Queue) -> None:
     await r.hset(p + "jobs", "ghost", '{"job": "ghost", "args": [], "kwargs": {}}')
     await r.hset(p + "meta", "ghost", f"default\t{time.time()}")
     await r.rpush(p + "q:default", "ghost")
-    await rqueue.worker(burst=True, poll_interval=0.01).run()
+    await Worker(rqueue, burst=True, poll_interval=0.01).run()
     assert await handle.result() == "fine"
     reasons = {d.id: d.reason for d in await rqueue.dead_jobs()}
     assert set(reasons) == {"garbage", "ghost"}
@@ -60,7 +60,7 @@ async def test_finished_jobs_leave_only_their_kept_result(rqueue: Queue) -> None
         return None
 
     await rqueue.enqueue_many(noop.call(i) for i in range(100))
-    await rqueue.worker(burst=True, poll_interval=0.01, concurrency=50).run()
+    await Worker(rqueue, burst=True, poll_interval=0.01, concurrency=50).run()
     assert await r.hlen(p + "jobs") == 0
     assert await r.hlen(p + "meta") == 0
     assert await r.zcard(p + "leases") == 0

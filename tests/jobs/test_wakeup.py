@@ -41,7 +41,7 @@ class Running:
     def __init__(self, queue: Queue, count: int = 1, **options: object) -> None:
         options.setdefault("poll_interval", POLL)
         options.setdefault("concurrency", 10)
-        self.workers = [queue.worker(**options) for _ in range(count)]  # type: ignore[arg-type]
+        self.workers = [Worker(queue, **options) for _ in range(count)]  # type: ignore[arg-type]
         self.tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> list[Worker]:
