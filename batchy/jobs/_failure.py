@@ -38,9 +38,12 @@ def _trace(error: BaseException) -> str:
 
 
 def failed(
-    queue: Queue, job: JobType[Any, Any], message: Message, error: BaseException
+    queue: Queue, job: JobType[Any, Any], message: Message, error: BaseException, token: str = ""
 ) -> tuple[Outcome, str]:
-    """The outcome of an attempt that raised ``error``, and what comes next, for the log."""
+    """The outcome of an attempt that raised ``error``, and what comes next, for the log.
+
+    ``token`` is the lease token of the claim the attempt ran under.
+    """
     retries = job.retries if message.retries is None else message.retries
     message.error = describe(error)
     message.attempt += 1  # this attempt failed too
@@ -57,6 +60,7 @@ def failed(
                 queue=message.queue,
                 payload=encode(message, queue.serializer),
                 due=_clock.now() + delay,
+                token=token,
             )
             return retry, f"attempt {message.attempt + 1} in {delay:.1f}s"
         why = f"not retried: {problem}"
@@ -68,6 +72,7 @@ def failed(
         payload=encode(message, queue.serializer),
         reason=f"{message.error} ({count}; {why})",
         traceback=_trace(error),
+        token=token,
     )
     return dead, f"dead: {count}; {why}"
 

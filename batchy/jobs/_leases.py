@@ -94,7 +94,8 @@ class Leases:
             if lease is not None and outcome is None:
                 self._lose(lease, "a progress save was refused")
             return None
-        return outcome.with_token(claim[1])
+        token = claim[1]
+        return outcome if outcome.token == token else outcome.with_token(token)
 
     def drop(self, claim: Claim) -> None:
         """Forget ``claim`` without an outcome (its run was cancelled or crashed)."""

@@ -58,6 +58,7 @@ class MemoryBackend(Backend):
         # Per queue, a heap of (due, seq, id); stale entries are skipped on pop.
         self._ready: dict[str, list[tuple[float, int, str]]] = {}
         self._seq = itertools.count()
+        self._woken: set[str] = set()  # queues to wake once the current operation ends
         self._claims = itertools.count(1)  # lease tokens: never reused in this store
         self._results: dict[str, tuple[str | None, float]] = {}
         self._dead: dict[str, DeadJob] = {}
@@ -75,8 +76,13 @@ class MemoryBackend(Backend):
     def _put(self, job: _Job) -> None:
         job.seq = next(self._seq)
         heapq.heappush(self._ready.setdefault(job.queue, []), (job.due, job.seq, job.id))
-        # Ready now, or a new due time a waiting worker must hear of.
-        self._wakeups.signal([job.queue])
+        # Ready now, or a new due time a waiting worker must hear of: once the
+        # operation ends (see _ring), once per queue, however many jobs it put.
+        self._woken.add(job.queue)
+
+    def _ring(self) -> None:
+        woken, self._woken = self._woken, set()
+        self._wakeups.signal(woken)
 
     async def push(self, envelopes: Sequence[Envelope], now: float) -> list[bool]:
         self.check_envelopes(envelopes)
@@ -101,6 +107,7 @@ class MemoryBackend(Backend):
                     continue  # waits behind the key's head
             self._put(job)
             pushed.append(True)
+        self._ring()
         return pushed
 
     def _leave(self, job: _Job | None) -> None:
@@ -147,7 +154,8 @@ class MemoryBackend(Backend):
                 self._leased[found.id] = found
                 claimed.append(Claimed(found.id, found.queue, found.payload, found.token))
         if len(claimed) >= limit:  # no room for all: the wake-up goes on to another worker
-            self._wakeups.signal(q for q in queues if (h := self._ready.get(q)) and h[0][0] <= now)
+            self._woken.update(q for q in queues if (h := self._ready.get(q)) and h[0][0] <= now)
+        self._ring()
         return claimed
 
     async def wait_for_work(self, worker: str, queues: Sequence[str], timeout: float) -> None:

@@ -166,8 +166,9 @@ class Claimed:
     """A job a worker holds a lease on.
 
     ``token`` is the lease token (a fencing token) the store wrote at this claim,
-    unique per claim: the heartbeats, outcome and progress saves of this run carry
-    it, and the store applies them only while the job's token is still this one.
+    never the same for two claims of one job: the heartbeats, outcome and progress
+    saves of this run carry it, and the store applies them only while the job's
+    token is still this one.
     """
 
     id: str

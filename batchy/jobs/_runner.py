@@ -70,10 +70,12 @@ async def run_job(
             payload=claimed.payload,
             reason=str(bad),
             traceback="",
+            token=claimed.token,
         )
     attempt = message.attempt + 1
     event = JobEvent(message.id, message.job, message.queue, attempt, "started")
-    emit(hooks, "job_started", event)
+    if hooks:
+        emit(hooks, "job_started", event)
     failure: BaseException | None = None
     try:
         running = Running(queue, message, worker, lease, claimed.token)
@@ -93,9 +95,9 @@ async def run_job(
             emit(hooks, "job_finished", _finished(event, "released", duration, None))
             raise
         failure = exc
-        outcome, next_step = failed(queue, job, message, exc)
+        outcome, next_step = failed(queue, job, message, exc, claimed.token)
     else:
-        outcome = _done(queue, job, message, result)
+        outcome = _done(queue, job, message, result, claimed.token)
     duration = time.perf_counter() - start
     if failure is None:
         again = "" if attempt == 1 else f" (attempt {attempt})"
@@ -110,7 +112,8 @@ async def run_job(
             describe(failure),
             next_step,
         )
-    emit(hooks, "job_finished", _finished(event, outcome.kind, duration, failure))
+    if hooks:  # most workers have none: no event to build per job
+        emit(hooks, "job_finished", _finished(event, outcome.kind, duration, failure))
     return outcome
 
 
@@ -146,7 +149,9 @@ async def _call(job: JobType[Any, Any], message: Message, running: Running) -> A
             ) from None
 
 
-def _done(queue: Queue, job: JobType[Any, Any], message: Message, result: Any) -> Outcome:
+def _done(
+    queue: Queue, job: JobType[Any, Any], message: Message, result: Any, token: str
+) -> Outcome:
     kept: str | None = None
     if job.keep_result > 0:
         try:
@@ -161,4 +166,6 @@ def _done(queue: Queue, job: JobType[Any, Any], message: Message, result: Any) -
                 type(queue.serializer).__name__,
                 error,
             )
-    return Outcome(message.id, "done", queue=message.queue, result=kept, keep=job.keep_result)
+    return Outcome(
+        message.id, "done", queue=message.queue, result=kept, keep=job.keep_result, token=token
+    )

@@ -59,6 +59,8 @@ def _dead(o: Outcome, problem: str) -> Outcome:
 def check_envelopes(envelopes: Sequence[Envelope]) -> None:
     """Raise :class:`DelayError` if an envelope's due time or unique TTL is unusable."""
     for e in envelopes:
+        if e.due is None and e.unique_ttl == 0.0:
+            continue  # the defaults: no time to check
         for name, value in (("due", e.due), ("unique_ttl", e.unique_ttl)):
             problem = None if value is None else delay_problem(value)
             if problem is not None:

@@ -17,7 +17,7 @@ on ``okey``, becomes ``state = 0`` in the same transaction. New rows always get 
 rowid above every live row, so rowid order is push order; a retry updates its
 row in place and keeps its place.
 
-Fencing: a claim writes a fresh random ``token`` into the row; an outcome, a
+Fencing: a claim writes a fresh random ``token`` into the row (one per cycle); an outcome, a
 heartbeat or a progress save changes the row only while the token is still the
 row's (``state = 1 AND token = ?``, in the same transaction), so a worker whose
 lease moved on can no longer speak for the job. Times are decided on the
@@ -32,6 +32,7 @@ database makes a call wait up to ``busy_timeout`` seconds.
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
@@ -164,19 +165,20 @@ class SQLiteBackend(Backend):
                 "WHERE state = 1 AND lease < ?",
                 (now,),
             )
+            # One fresh token per cycle is enough: what fencing needs is that a
+            # job's next claim (always another cycle) has another token.
+            token = secrets.token_hex(8)
             for queue in queues:
                 if len(claimed) >= limit:
                     break
-                # randomblob() is drawn per row: each claim gets its own token.
                 rows = db.execute(
-                    "UPDATE jobs SET state = 1, owner = ?, lease = ?, retrying = 0, "
-                    "token = lower(hex(randomblob(8))) "
+                    "UPDATE jobs SET state = 1, owner = ?, lease = ?, retrying = 0, token = ? "
                     "WHERE rowid IN (SELECT rowid FROM jobs WHERE queue = ? "
                     "AND state = 0 AND due <= ? ORDER BY due, rowid LIMIT ?) "
-                    "RETURNING id, queue, payload, token",
-                    (worker, now + lease, queue, now, limit - len(claimed)),
+                    "RETURNING id, queue, payload",
+                    (worker, now + lease, token, queue, now, limit - len(claimed)),
                 ).fetchall()
-                claimed.extend(Claimed(*row) for row in rows)
+                claimed.extend(Claimed(i, q, payload, token) for i, q, payload in rows)
             if now - self._pruned > 5.0:
                 self._pruned = now
                 db.execute("DELETE FROM results WHERE expires < ?", (now,))
@@ -205,60 +207,66 @@ class SQLiteBackend(Backend):
                 (key,),
             )
 
-    def _held(self, held: Sequence[tuple[str, str]]) -> set[str]:
-        """The ids of ``(id, token)`` pairs whose token is still the running row's."""
-        found: set[str] = set()
-        for chunk in _chunks(held):
-            where, params = _pairs(chunk)
-            rows = self._db.execute(f"SELECT id FROM jobs WHERE state = 1 AND {where}", params)
-            found.update(r[0] for r in rows)
-        return found
-
     def _apply(self, given: Sequence[Outcome], sent: float, now: float) -> list[str]:
         """Apply the outcomes whose token holds (in the caller's transaction); the refused ids."""
         db = self._db
-        held = self._held([(o.id, o.token) for o in given])
-        outcomes = [o for o in given if o.id in held]
-        done = [o.id for o in outcomes if o.kind == "done"]
-        left: list[str | None] = []
+        applied: set[str] = set()
+        left: list[str | None] = []  # the ordering keys of the rows that left
+        done = [(o.id, o.token) for o in given if o.kind == "done"]
         for chunk in _chunks(done):
-            left += [
-                r[0]
-                for r in db.execute(
-                    f"DELETE FROM jobs WHERE id IN ({','.join('?' * len(chunk))}) RETURNING okey",
-                    tuple(chunk),
-                )
-            ]
-        kept = [(o.id, o.result, now + o.keep) for o in outcomes if o.kind == "done" and o.keep > 0]
+            where, params = _pairs(chunk)
+            for job_id, key in db.execute(
+                f"DELETE FROM jobs WHERE state = 1 AND {where} RETURNING id, okey", params
+            ):
+                applied.add(job_id)
+                left.append(key)
+        kept = [
+            (o.id, o.result, now + o.keep)
+            for o in given
+            if o.kind == "done" and o.keep > 0 and o.id in applied
+        ]
         if kept:
             db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?)", kept)
-        db.executemany(
-            "UPDATE jobs SET state = 0, owner = NULL, lease = NULL, token = NULL, "
-            "retrying = 1, payload = ?, due = ? WHERE id = ?",
-            [
-                (o.payload, _clock.on_store(o.due, sent, now), o.id)
-                for o in outcomes
-                if o.kind == "retry"
-            ],
-        )
-        db.executemany(
-            "UPDATE jobs SET state = 0, owner = NULL, lease = NULL, token = NULL WHERE id = ?",
-            [(o.id,) for o in outcomes if o.kind == "release"],
-        )
-        dead = [o for o in outcomes if o.kind == "dead"]
-        for o in dead:
-            row = db.execute("DELETE FROM jobs WHERE id = ? RETURNING okey", (o.id,)).fetchone()
-            key = None if row is None else row[0]
-            left.append(key)
-            db.execute(
-                "INSERT OR REPLACE INTO dead (id, queue, payload, reason, traceback, died, okey) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (o.id, o.queue, o.payload or "", o.reason, o.traceback, now, key),
-            )
+        dead = False
+        for o in given:  # retries, releases and deaths are the rare outcomes: one by one
+            if o.kind == "done":
+                continue
+            if o.kind == "dead":
+                row = db.execute(
+                    "DELETE FROM jobs WHERE id = ? AND state = 1 AND token = ? RETURNING okey",
+                    (o.id, o.token),
+                ).fetchone()
+                if row is None:
+                    continue
+                left.append(row[0])
+                db.execute(
+                    "INSERT OR REPLACE INTO dead "
+                    "(id, queue, payload, reason, traceback, died, okey) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (o.id, o.queue, o.payload or "", o.reason, o.traceback, now, row[0]),
+                )
+                dead = True
+            elif o.kind == "retry":
+                cur = db.execute(
+                    "UPDATE jobs SET state = 0, owner = NULL, lease = NULL, token = NULL, "
+                    "retrying = 1, payload = ?, due = ? WHERE id = ? AND state = 1 AND token = ?",
+                    (o.payload, _clock.on_store(o.due, sent, now), o.id, o.token),
+                )
+                if cur.rowcount != 1:
+                    continue
+            else:  # release
+                cur = db.execute(
+                    "UPDATE jobs SET state = 0, owner = NULL, lease = NULL, token = NULL "
+                    "WHERE id = ? AND state = 1 AND token = ?",
+                    (o.id, o.token),
+                )
+                if cur.rowcount != 1:
+                    continue
+            applied.add(o.id)
         if dead:
             self._cap_dead(now)
         self._advance(left)
-        return [o.id for o in given if o.id not in held]
+        return [o.id for o in given if o.id not in applied]
 
     def _cap_dead(self, now: float) -> None:
         self._db.execute("DELETE FROM dead WHERE died < ?", (now - self.dead_max_age,))

@@ -66,9 +66,15 @@ def chunks(ids: Sequence[T]) -> Iterable[Sequence[T]]:
 
 
 def pairs(chunk: Sequence[tuple[str, str]]) -> tuple[str, tuple[str, ...]]:
-    """``(id, token) IN (VALUES ...)`` for ``chunk``, and its parameters."""
+    """``(id, token) IN (VALUES ...)`` for ``chunk``, and its parameters.
+
+    The ids are listed on their own too: without them SQLite scans every running
+    row for the pairs instead of looking each id up in the primary key.
+    """
+    ids = ",".join("?" * len(chunk))
     marks = ",".join("(?, ?)" for _ in chunk)
-    return f"(id, token) IN (VALUES {marks})", tuple(v for pair in chunk for v in pair)
+    params = (*(pair[0] for pair in chunk), *(v for pair in chunk for v in pair))
+    return f"id IN ({ids}) AND (id, token) IN (VALUES {marks})", params
 
 
 class Transaction:

@@ -22,14 +22,30 @@ _TIME = "a Unix time in seconds (e.g. time.time() + 60) or an aware datetime"
 
 def delay_problem(value: object) -> str | None:
     """What is wrong with ``value`` as seconds (``"is not finite"``), or None if it is fine."""
+    # Every enqueue and outcome comes through here: plain floats and ints skip the
+    # slow abstract-class check.
+    if type(value) is float:
+        return _number_problem(value)
+    if type(value) is int and 0 <= value < _HUGE:
+        return None
     # bool is an int to Python, but delay=True is a mistake, not one second.
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return f"is a {type(value).__name__}, not a number"
-    if not math.isfinite(value):
+    try:
+        return _number_problem(float(value))
+    except OverflowError:  # a huge int or Fraction: due times would overflow
+        return "is too large"
+
+
+_HUGE = 2**63
+
+
+def _number_problem(value: float) -> str | None:
+    if 0 <= value < math.inf:  # False for NaN
+        return None
+    if math.isnan(value) or math.isinf(value):
         return "is not finite"
-    if value < 0:
-        return "is negative"
-    return None
+    return "is negative"
 
 
 def check_delay(value: object, what: str, name: str = "delay", hint: str = "") -> float:

@@ -28,6 +28,7 @@ import math
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -38,7 +39,10 @@ from ._hooks import log
 if TYPE_CHECKING:
     from ._backend import Backend
 
-__all__ = ["Bells", "Signals", "StoreWait", "Wakeups"]
+__all__ = ["ABSENT_RETRY", "Bells", "Signals", "StoreWait", "Wakeups"]
+
+#: Seconds a process that found no listening worker waits before it tries again.
+ABSENT_RETRY = 0.005
 
 
 @dataclass(eq=False, slots=True)
@@ -140,6 +144,7 @@ class Bells:
         self._lock = threading.Lock()
         self._readers: dict[str, _Pipe] = {}  # queue -> read end (kept open; see the module)
         self._writers: dict[str, int] = {}
+        self._absent: dict[str, float] = {}  # queue -> when to try opening its pipe again
         self._broken = False
 
     def _path(self, queue: str) -> str:
@@ -151,9 +156,16 @@ class Bells:
         with self._lock:
             fd = self._writers.get(queue)
             if fd is None:
+                # A failed open costs a path lookup (the most expensive part of an
+                # enqueue on some file systems), so with no worker listening we try
+                # again only after ABSENT_RETRY; a new listener waits that long
+                # before its first look at the store (see wait), so no push is missed.
+                if self._absent.get(queue, 0.0) > (now := time.monotonic()):
+                    return
                 try:
                     fd = os.open(self._path(queue), os.O_WRONLY | os.O_NONBLOCK)
                 except OSError:  # no pipe yet (no worker ever) or nobody has it open
+                    self._absent[queue] = now + ABSENT_RETRY
                     return
                 self._writers[queue] = fd
             try:
@@ -257,7 +269,11 @@ class Wakeups:
     async def wait(self, queues: Sequence[str], timeout: float, due: float | None) -> None:
         """Until a wake-up of ``queues``, the store's clock reaches ``due``, or ``timeout``."""
         if self.bells is not None and self.bells.listen(queues):
-            return  # the pipes are open from now on: look once more for what came before
+            # The pipes are open from now on. A push that found no pipe just before
+            # rings again only after ABSENT_RETRY: let that pass, then look once
+            # more for everything pushed before.
+            await asyncio.sleep(2 * ABSENT_RETRY)
+            return
         due_in = min(timeout, (math.inf if due is None else due) - _clock.store_now())
         if due_in <= 0:
             return  # a job is ready or due already: look now

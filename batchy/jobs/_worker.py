@@ -44,7 +44,6 @@ from ._leases import Claim, Leases
 from ._model import Claimed, Envelope, Outcome, WorkerInfo, encode, new_id
 from ._outage import Outage
 from ._runner import run_job
-from ._screen import screen_outcomes
 from ._wake import StoreWait
 
 if TYPE_CHECKING:
@@ -275,16 +274,14 @@ class Worker:
 
     def _start(self, job: Claimed, sent: float) -> None:
         claim = self._leases.add(job, sent)
-        task = asyncio.create_task(self._run(job, claim))
+        # Paused between the claim and now, the lease may have moved on: such a
+        # run is not begun (it would overlap the new holder's).
+        if not self._leases.fresh(claim):
+            self._leases.drop(claim)
+            return
+        task = asyncio.create_task(run_job(self.queue, job, self.hooks, self.id, self.lease))
         self._running[claim] = task
         task.add_done_callback(functools.partial(self._finished, claim))
-
-    async def _run(self, job: Claimed, claim: Claim) -> Outcome | None:
-        # Paused between the claim and the start, the lease may have moved on:
-        # such a run is not begun (it would overlap the new holder's).
-        if not self._leases.fresh(claim):
-            return None
-        return await run_job(self.queue, job, self.hooks, self.id, self.lease)
 
     def _finished(self, claim: Claim, task: asyncio.Task[Outcome | None]) -> None:
         self._running.pop(claim, None)
@@ -296,11 +293,12 @@ class Worker:
             self._leases.drop(claim)
             log.error("worker %s: job %s crashed the runner", self.id, claim[0], exc_info=error)
             return
+        # The runner's outcomes are valid by construction (a bad retry delay is
+        # dead already); stores screen what reaches them from elsewhere.
         outcome = self._leases.finished(claim, task.result())
         if outcome is not None:
             self.processed += 1
-            # Screened here too (stores screen again): the store may be someone else's.
-            self._outcomes += screen_outcomes([outcome])
+            self._outcomes.append(outcome)
         self._poke()
 
     async def _shutdown(self) -> None:
