@@ -373,13 +373,14 @@ return {out, string.format('%.6f', clock())}
 """
 )
 
-# Seconds until the earliest delayed or retry job falls due (on Redis's clock),
-# and that due time; nothing when none is waiting.
+# Seconds until the earliest delayed or retry job falls due or lease runs out (on
+# Redis's clock: an expired lease gives its job back, and nobody rings for that),
+# and that time; nothing when none is waiting.
 NEXT_DUE = (
     LIB
     + """
 local best
-for _, zset in ipairs({'sched', 'retry'}) do
+for _, zset in ipairs({'sched', 'retry', 'leases'}) do
   local first = redis.call('ZRANGE', p..zset, 0, 0, 'WITHSCORES')
   if first[2] and (not best or tonumber(first[2]) < best) then best = tonumber(first[2]) end
 end

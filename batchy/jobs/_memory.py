@@ -160,6 +160,8 @@ class MemoryBackend(Backend):
 
     async def wait_for_work(self, worker: str, queues: Sequence[str], timeout: float) -> None:
         heads = [heap[0][0] for q in queues if (heap := self._ready.get(q))]
+        # A lease running out gives its job back with no wake-up: wake for that too.
+        heads += [job.lease for job in self._leased.values()]
         await self._wakeups.wait(queues, timeout, min(heads, default=None))
 
     def _holds(self, job_id: str, token: str) -> _Job | None:

@@ -40,9 +40,16 @@ class SQLiteWakeups(Wakeups):
         return left | {o.queue for o in outcomes if o.kind == "retry"}
 
     async def wait_for_work(self, queues: Iterable[str], timeout: float) -> None:
-        """Until a wake-up, the next due time in ``queues`` (an index lookup each), or timeout."""
+        """Until a wake-up, the next due time or lease expiry (index lookups), or timeout.
+
+        A lease that runs out gives its job back (its worker died or stalled):
+        nobody rings for that, so the first idle worker wakes at that moment.
+        """
         names = list(queues)
         sql = "SELECT min(due) FROM jobs WHERE queue = ? AND state = 0"
         with self.lock:  # reads too: never inside another thread's transaction
             dues = [d for q in names if (d := self.db.execute(sql, (q,)).fetchone()[0]) is not None]
+            lease = self.db.execute("SELECT min(lease) FROM jobs WHERE state = 1").fetchone()[0]
+        if lease is not None:
+            dues.append(lease)
         await self.wait(names, timeout, min(dues, default=None))

@@ -196,7 +196,12 @@ class Worker:
                 installed.append(sig)
         beat = asyncio.create_task(self._heartbeat_loop())
         try:
-            await self._beat()
+            try:
+                await self._beat()
+            except Exception as error:
+                # A store that is down at start is an outage like any other: the
+                # cycles below back off until it is back (and log it once).
+                self._outage.failed(error, "heartbeat")
             await self._loop()
             await self._shutdown()
         finally:

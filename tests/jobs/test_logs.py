@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -155,6 +157,43 @@ async def test_an_outage_that_ends_and_starts_again_logs_each_time(
     messages = [r.getMessage() for r in caplog.records if "store " in r.getMessage()]
     assert len(messages) == 4
     assert ["unreachable" in m for m in messages] == [True, False, True, False]
+
+
+async def test_a_store_down_at_start_is_waited_for(caplog: pytest.LogCaptureFixture) -> None:
+    class DownAtStart(FlakyStore):
+        beats = 0
+
+        async def heartbeat(self, *args: Any, **kwargs: Any) -> list[str]:
+            self.beats += 1
+            if self.beats == 1:
+                raise ConnectionError("connection refused")
+            return await super().heartbeat(*args, **kwargs)
+
+    store = DownAtStart(failures=3)
+    queue = Queue(store)
+
+    @queue.job(name="noop")
+    async def noop() -> None:
+        return None
+
+    handle = await noop.enqueue()
+
+    def store_lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "store " in r.getMessage()]
+
+    with caplog.at_level(logging.INFO, "batchy.jobs"):
+        worker = fast_worker(queue, poll_interval=0.01, lease=0.3)
+        running = asyncio.ensure_future(worker.run())
+        deadline = time.monotonic() + 5
+        while len(store_lines()) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        worker.stop()
+        await running
+    assert (await handle.status()).state == "done"
+    lines = store_lines()
+    assert len(lines) == 2, lines
+    assert "store unreachable since" in lines[0] and "(heartbeat failed)" in lines[0]
+    assert "store back after" in lines[1]
 
 
 # -- Redis: an id in a queue list with no payload ---------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from batchy.jobs import Queue, Retry, SQLiteBackend, Worker
+from batchy.jobs import Backend, Queue, Retry, SQLiteBackend, Worker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -255,3 +255,27 @@ async def test_an_idle_worker_has_one_blocking_command_in_redis(
     # Two idle workers: one blocking command each, never more, and nothing else.
     assert max(blocked) == 2, blocked
     assert blocked.count(2) > len(blocked) / 2, blocked
+
+
+async def test_an_idle_worker_wakes_when_a_dead_workers_lease_runs_out(backend: Backend) -> None:
+    """Nobody rings when a lease runs out: the idle worker wakes for it, not at its next poll."""
+    queue = Queue(backend)
+
+    @queue.job(name="lease_noted")
+    async def noted() -> None:
+        return None
+
+    handle = await noted.enqueue()
+    # A worker that claims the job with a short lease and then dies.
+    claimed = await backend.cycle([], ["default"], 1, "dead-worker", 0.3, time.time())
+    assert [c.id for c in claimed] == [handle.id]
+    survivor = Worker(queue, poll_interval=30.0, lease=5.0)
+    running = asyncio.ensure_future(survivor.run())
+    start = time.monotonic()
+    try:
+        while (await handle.status()).state != "done":
+            assert time.monotonic() - start < 3.0, "the job waited for the survivor's next poll"
+            await asyncio.sleep(0.02)
+    finally:
+        survivor.stop()
+        await running
