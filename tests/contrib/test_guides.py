@@ -51,3 +51,30 @@ def test_cache_guide(memcached: tuple[str, int]) -> None:
         "{'id': 2, 'name': 'bob'} CacheStats(hits=0, misses=1, skipped=0, errors=1, sets=0, "
         "deletes=0)",
     ]
+
+
+def test_cache_keys_guide(memcached: tuple[str, int]) -> None:
+    lines = run("guide_cache_keys.py", f"{memcached[0]}:{memcached[1]}").splitlines()
+    assert lines == [
+        "         7 -> guide:greeting:i7",
+        "       '7' -> guide:greeting:s7",
+        "       7.0 -> guide:greeting:f7.0",
+        "      True -> guide:greeting:b1",
+        " (7, 'en') -> guide:greeting:(2|i73|sen)",
+        "   'a b:c' -> guide:greeting:sa%20b%3Ac",
+        "      None -> guide:greeting:n",
+        "   hello 7",
+        "   hello '7'",
+        "   hello 8",
+        "   InvalidKeyError: loader 'cached(greeting)' cannot keep key User(id=1, name='ada') "
+        "(User) in memcached: User is not a supported key type. A cached key must be None, "
+        "bool, int, float, Decimal, str, bytes, UUID, date, datetime, or tuples of these "
+        "(exact types), so that two keys never share an entry; pass key= to "
+        "memcache.cached(...) to map keys to one (say key=lambda user: user.id)",
+        "guide:by-id:i1",
+        "   ada's session",
+        "   InvalidKeyError: loader 'sessions' got key 1 (int); its keys are the text of "
+        "memcached keys (after prefix 'guide:session:'), so they must be str, or 1 and '1' "
+        "would read one entry: call it with str keys, or pass key=str to read 1 as '1'",
+        "ada's session",
+    ]

@@ -9,7 +9,8 @@ import pytest
 
 import batchy_contrib
 
-MODULES = ["_source", "_sql", "mysql", "sqlite", "memcache"]
+# Every module, so a new one cannot be forgotten here.
+MODULES = sorted(p.stem for p in Path(batchy_contrib.__file__).parent.glob("*.py"))
 
 
 @pytest.mark.parametrize("name", MODULES)
