@@ -1,80 +1,49 @@
-"""The SQL loaders shared by every SQL backend: validated names, bound ``IN`` lists, rows to values.
+"""The SQL loaders shared by every SQL backend: the factories, one batch from keys to values.
 
 A backend (:mod:`batchy_contrib.mysql`, :mod:`batchy_contrib.sqlite`) subclasses
-:class:`SQLDatabase` and supplies three things: its :class:`Dialect` (how to
-quote a name, how to write a placeholder), ``_rows`` (run one statement and
-return dicts) and ``_connection_lost`` (tell a lost server from a bad query).
-Everything users see — ``one``, ``many``, ``query`` and their errors — lives
-here once, so the backends cannot drift apart.
+:class:`SQLDatabase` and supplies its :class:`Dialect` (how to quote a name,
+write a placeholder, list keys with their positions), ``_rows`` (run one
+statement and return dicts), ``_bind_problem`` (which keys its driver cannot
+bind) and ``_classify`` (what kind of failure an exception is). Everything
+users see — ``one``, ``many``, ``query`` and their errors — lives here and in
+:mod:`._sql_build` (the statements), :mod:`._sql_match` (rows to keys) and
+:mod:`._sql_errors` (the messages) once, so the backends cannot drift apart.
 
-Why names are validated and never quoted-and-pasted: a table or column name
-cannot be a bound parameter, and escaping rules differ between servers and
-modes (``ANSI_QUOTES``). A strict allow-list (letters, digits, underscore) is
-the only rule that is safe everywhere. Keys are always bound parameters.
+Why bad keys are checked here: one key the driver cannot bind (a tuple, a
+``Decimal`` on SQLite) would otherwise fail the whole statement, and with it
+every other request's keys in the batch. Such a key gets its own
+:class:`KeyEncodingError` and is left out of the statement; a key the driver
+refuses anyway (``KeysRejected``: nothing was sent) is failed the same way and
+the statement sent again without it, so the server still sees one statement.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import re
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
 import batchy
 from batchy import LoaderError, UsageError, short_repr
 
-from ._source import DataSourceError
+from ._sql_build import (
+    KEYS_MARK,
+    Dialect,
+    Select,
+    identifier,
+    keyed_sql,
+    plain_sql,
+    repeats,
+    select,
+)
+from ._sql_errors import KeysRejected, Kind, bad_key, failed, timed_out, unencodable_key
+from ._sql_match import Match
 
-__all__ = ["Dialect", "Row", "SQLDatabase", "identifier"]
+__all__ = ["Dialect", "KeysRejected", "Row", "SQLDatabase", "identifier"]
 
 T = TypeVar("T")
 Row = dict[str, Any]
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-KEYS_MARK = "{keys}"
-
-
-def identifier(name: object, what: str) -> str:
-    """Return ``name`` if it is a plain SQL identifier, else raise :class:`batchy.UsageError`."""
-    if isinstance(name, str) and _NAME.fullmatch(name):
-        return name
-    raise UsageError(
-        f"{what} {short_repr(name)} is not a plain SQL identifier. Table and column names "
-        "cannot be bound parameters, so batchy accepts only letters, digits and "
-        "underscores (at most 64, not starting with a digit) and never pastes other "
-        "text into SQL. Rename the table or column, or write the statement yourself "
-        "with db.query(...), where keys are still bound parameters."
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    """How one SQL flavour quotes a (validated) name and writes a placeholder."""
-
-    name: str
-    quote: str  # the identifier quote character
-    param: str  # the placeholder of one bound parameter
-
-    def q(self, name: str) -> str:
-        return f"{self.quote}{name}{self.quote}"
-
-    def params(self, n: int) -> str:
-        """``(p, p, ..., p)``: an ``IN`` list of ``n`` placeholders."""
-        return "(" + ", ".join([self.param] * n) + ")"
-
-
-def _order(dialect: Dialect, order_by: str | Sequence[str] | None) -> str:
-    if order_by is None:
-        return ""
-    items = [order_by] if isinstance(order_by, str) else list(order_by)
-    parts = []
-    for item in items:
-        desc = isinstance(item, str) and item.startswith("-")
-        col = identifier(item[1:] if desc else item, "order_by column")
-        parts.append(dialect.q(col) + (" DESC" if desc else ""))
-    return " ORDER BY " + ", ".join(parts) if parts else ""
 
 
 class SQLDatabase(abc.ABC):
@@ -84,6 +53,12 @@ class SQLDatabase(abc.ABC):
     kind: str  # "MySQL", "SQLite": for error messages
     #: Keys per statement when the factory is not told otherwise.
     default_batch_size: int = 500
+    #: Key types the driver binds as they are: checked with one set look-up per key.
+    plain_key_types: frozenset[type] = frozenset()
+    #: The end of the message of a statement that was killed or stopped by a limit.
+    killed_hint: str = "retry the keys."
+    #: The end of the message of a statement that outran ``timeout``.
+    timeout_hint: str = "raise timeout= if the query is slow."
 
     def __init__(self, host: str, *, timeout: float | None) -> None:
         self.host = host
@@ -92,18 +67,33 @@ class SQLDatabase(abc.ABC):
     # -- what a backend supplies ----------------------------------------------------
 
     @abc.abstractmethod
-    async def _rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
-        """Run one statement with bound ``params``; return its rows as dicts."""
+    async def _rows(self, sql: str, params: Sequence[Any], *, repeat: int = 1) -> list[Row]:
+        """Run one statement with bound ``params``; return its rows as dicts.
+
+        ``repeat``: the statement takes ``params`` that many times over, in order
+        (encode them once). Raise :class:`KeysRejected` when the driver cannot
+        encode some parameters and nothing was sent.
+        """
 
     @abc.abstractmethod
-    def _connection_lost(self, error: BaseException) -> bool:
-        """True if ``error`` means the server is gone (rather than a bad statement)."""
+    def _bind_problem(self, key: Any) -> str | None:
+        """Why the driver cannot bind ``key`` (the accepted types and the fix), or None if it can.
+
+        Called only for keys whose type is not in :attr:`plain_key_types`.
+        """
+
+    @abc.abstractmethod
+    def _classify(self, error: BaseException) -> Kind:
+        """What kind of failure ``error`` is: server gone, statement killed, bad SQL, ..."""
 
     # -- raw access -----------------------------------------------------------------
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one statement with bound ``params`` (the dialect's placeholders); rows as dicts."""
-        return await self._rows(sql, params)
+        try:
+            return await self._rows(sql, params)
+        except KeysRejected as rejected:
+            raise next(iter(rejected.bad.values())) from None
 
     # -- loader factories -----------------------------------------------------------
 
@@ -147,16 +137,21 @@ class SQLDatabase(abc.ABC):
     ) -> batchy.Loader[Any, Any]:
         """A loader of the row whose ``key`` column equals the key (``None`` if there is none).
 
-        One ``SELECT ... FROM table WHERE key IN (...)`` per round (per chunk of
-        ``max_batch_size`` keys). ``row`` turns each row into your type
-        (``row(**columns)``); ``columns`` limits what is selected::
+        One statement per round (per chunk of ``max_batch_size`` keys), in which
+        the server compares each key with the column as ``WHERE key = ?`` would:
+        under the column's collation (``'ADA'`` finds ``'ada'`` in a
+        case-insensitive column). A key that matches several rows fails, that
+        key only. ``row`` turns each row into your type (``row(**columns)``);
+        ``columns`` limits what is selected::
 
             users_by_id = db.one("users")                 # key column "id"
             user = await users_by_id(7)                   # {"id": 7, "name": ...} or None
         """
-        sql = self._select(table, key, columns, None)
+        spec = self._select(table, key, columns, None)
         name = name or f"{table}_by_{key}"
-        return self._loader(name, sql, key, False, row, max_batch_size, max_concurrency, cache)
+        match = Match(name, key, False, row)
+        keyed, plain = self._keyed(spec), self._plain(spec)
+        return self._loader(match, keyed, plain, row, max_batch_size, max_concurrency, cache)
 
     @overload
     def many(
@@ -201,14 +196,17 @@ class SQLDatabase(abc.ABC):
     ) -> batchy.Loader[Any, list[Any]]:
         """A loader of every row whose ``key`` column equals the key (``[]`` if none).
 
-        ``order_by`` orders the rows of each key (``"-id"`` for descending)::
+        Equal as the server compares them, like :meth:`one`. ``order_by`` orders
+        the rows of each key (``"-id"`` for descending)::
 
             comments_by_post = db.many("comments", "post_id", order_by="id")
             comments = await comments_by_post(1)          # [{"id": 3, ...}, ...]
         """
-        sql = self._select(table, key, columns, order_by)
+        spec = self._select(table, key, columns, order_by)
         name = name or f"{table}_by_{key}"
-        return self._loader(name, sql, key, True, row, max_batch_size, max_concurrency, cache)
+        match = Match(name, key, True, row)
+        keyed, plain = self._keyed(spec), self._plain(spec)
+        return self._loader(match, keyed, plain, row, max_batch_size, max_concurrency, cache)
 
     def query(
         self,
@@ -225,8 +223,10 @@ class SQLDatabase(abc.ABC):
         """A loader over your own statement; ``{keys}`` in it becomes the bound ``IN`` list.
 
         Each result row must have a column named ``key`` holding the key it
-        belongs to. ``many=False``: one row (or ``None``) per key; ``many=True``:
-        a list per key::
+        belongs to; rows are matched to keys by Python ``==`` on that column
+        (batchy cannot rewrite your SQL to let the server say), so pass keys
+        that equal the column's values in Python. ``many=False``: one row (or
+        ``None``) per key; ``many=True``: a list per key::
 
             comment_counts = db.query(
                 "SELECT post_id, COUNT(*) AS n FROM comments"
@@ -247,7 +247,12 @@ class SQLDatabase(abc.ABC):
                 f"got {short_repr(key)}"
             )
         name = name or f"query_by_{key}"
-        return self._loader(name, sql, key, many, row, max_batch_size, max_concurrency, cache)
+        match = Match(name, key, many, row)
+
+        def statement(n: int) -> str:
+            return sql.replace(KEYS_MARK, self.dialect.params(n))
+
+        return self._loader(match, None, statement, row, max_batch_size, max_concurrency, cache)
 
     # -- building -------------------------------------------------------------------
 
@@ -257,37 +262,33 @@ class SQLDatabase(abc.ABC):
         key: str,
         columns: Sequence[str] | None,
         order_by: str | Sequence[str] | None,
-    ) -> str:
-        d = self.dialect
-        table = identifier(table, "table")
-        key = identifier(key, "key column")
-        if columns is None:
-            cols = "*"
-        else:
-            if isinstance(columns, str):
-                raise UsageError(
-                    f"columns= takes a list of column names, got the string {columns!r}; "
-                    f"write columns=[{columns!r}]"
-                )
-            names = [identifier(c, "column") for c in columns]
-            if key not in names:
-                names.append(key)  # the rows are matched to keys by this column
-            cols = ", ".join(d.q(c) for c in names)
-        return f"SELECT {cols} FROM {d.q(table)} WHERE {d.q(key)} IN {KEYS_MARK}" + _order(
-            d, order_by
-        )
+    ) -> Select:
+        return select(self.dialect, table, key, columns, order_by)
+
+    def _keyed(self, spec: Select) -> Callable[[int], str]:
+        def statement(n: int) -> str:
+            # self.dialect is read per batch: MySQL learns MariaDB's faster form later.
+            return keyed_sql(spec, n, self.dialect)
+
+        return statement
+
+    def _plain(self, spec: Select) -> Callable[[int], str]:
+        def statement(n: int) -> str:
+            return plain_sql(spec, self.dialect.params(n))
+
+        return statement
 
     def _loader(
         self,
-        name: str,
-        template: str,
-        key: str,
-        many: bool,
+        match: Match,
+        keyed: Callable[[int], str] | None,
+        plain: Callable[[int], str],
         row: Callable[..., Any] | None,
         max_batch_size: int | None,
         max_concurrency: int | None,
         cache: bool,
     ) -> batchy.Loader[Any, Any]:
+        name = match.name
         if row is not None and not callable(row):
             raise UsageError(
                 f"loader {name!r}: row= must be a type or function called as row(**columns), "
@@ -295,9 +296,7 @@ class SQLDatabase(abc.ABC):
             )
 
         async def load(keys: list[Any]) -> list[Any]:
-            sql = template.replace(KEYS_MARK, self.dialect.params(len(keys)))
-            rows = await self._rows_for(name, keys, sql)
-            return _shape(name, keys, rows, key, many, row)
+            return await self._load(match, keyed, plain, keys)
 
         # batchy.Loader(fn, ...) rather than batchy.batched(fn, ...): the latter's
         # overloads do not type the function-plus-options form.
@@ -309,95 +308,68 @@ class SQLDatabase(abc.ABC):
             cache=cache,
         )
 
-    async def _rows_for(self, name: str, keys: list[Any], sql: str) -> list[Row]:
-        """Run a loader's statement; turn any failure into a :class:`DataSourceError`."""
+    async def _load(
+        self,
+        match: Match,
+        keyed: Callable[[int], str] | None,
+        plain: Callable[[int], str],
+        keys: list[Any],
+    ) -> list[Any]:
+        """One batch: keys the driver cannot bind fail alone, the rest go in one statement."""
+        name = match.name
+        alone: dict[int, BaseException] = {}  # index in keys -> that key's own error
+        binds = self.plain_key_types
+        for i, k in enumerate(keys):
+            if type(k) not in binds and (problem := self._bind_problem(k)) is not None:
+                alone[i] = bad_key(self, name, k, problem)
+        sent = [i for i in range(len(keys)) if i not in alone] if alone else list(range(len(keys)))
+        batch = keys
+        rows: list[Row] = []
+        sql = ""
+        positional = False
         try:
-            return await _within(self.timeout, self._rows(sql, keys))
+            async with asyncio.timeout(self.timeout):
+                while sent:
+                    if len(sent) < len(keys):
+                        batch = [keys[i] for i in sent]
+                    # Positions cost a join and a column; an int key against a column
+                    # seen to hold ints compares the same in Python, so skip them.
+                    positional = keyed is not None and not match.exact_in_python(batch)
+                    sql = (
+                        keyed(len(batch)) if keyed is not None and positional else plain(len(batch))
+                    )
+                    try:
+                        repeat = repeats(self.dialect) if positional else 1
+                        rows = await self._rows(sql, batch, repeat=repeat)
+                    except KeysRejected as rejected:
+                        if not rejected.bad:
+                            raise
+                        # Nothing was sent: fail those keys alone and send the rest.
+                        for j, error in rejected.bad.items():
+                            alone[sent[j]] = unencodable_key(self, name, batch[j], error)
+                        sent = [i for j, i in enumerate(sent) if j not in rejected.bad]
+                        continue
+                    if positional or keyed is None or match.still_ints(rows):
+                        break
+                    # The column no longer holds ints (ALTER TABLE): ask again, with positions.
         except TimeoutError as error:
-            raise DataSourceError(
-                f"loader {name!r} got no answer from {self.kind} at {self.host} within "
-                f"{self.timeout} s while loading keys {short_repr(keys)}; the connection was "
-                "discarded. Check the server, or raise timeout= if the query is slow.",
-                loader=name,
-                keys=keys,
-                host=self.host,
-            ) from error
+            failure: BaseException = timed_out(self, name, batch)
+            failure.__cause__ = error
         except (UsageError, LoaderError):
             raise
         except Exception as error:
-            if self._connection_lost(error):
-                what = f"cannot reach {self.kind} at {self.host} ({type(error).__name__}: {error})"
-                hint = "Check that the server is running and reachable; the next call reconnects."
-            else:
-                what = f"had its query rejected by {self.kind} at {self.host} " + (
-                    f"({type(error).__name__}: {error})"
-                )
-                hint = f"Check the table and column names. SQL: {short_repr(sql)}"
-            raise DataSourceError(
-                f"loader {name!r} {what} while loading keys {short_repr(keys)}. {hint}",
-                loader=name,
-                keys=keys,
-                host=self.host,
-            ) from error
-
-
-async def _within(timeout: float | None, aw: Awaitable[list[Row]]) -> list[Row]:
-    if timeout is None:
-        return await aw
-    async with asyncio.timeout(timeout):
-        return await aw
-
-
-def _shape(
-    name: str,
-    keys: list[Any],
-    rows: list[Row],
-    key: str,
-    many: bool,
-    row: Callable[..., Any] | None,
-) -> list[Any]:
-    """Match rows to keys by their ``key`` column: one value (or list) per key, in key order."""
-    if rows and key not in rows[0]:
-        raise LoaderError(
-            f"loader {name!r}: the query's rows have no column {key!r} to match them to "
-            f"keys (columns: {sorted(rows[0])}); select it, or pass key= naming it",
-            loader=name,
-            keys=keys,
-        )
-    grouped: dict[Any, list[Any]] = {}
-    for r in rows:
-        value = _build(name, keys, r, row) if row is not None else r
-        grouped.setdefault(r[key], []).append(value)
-    if many:
-        return [grouped.get(k, []) for k in keys]
-    out: list[Any] = []
-    for k in keys:
-        found = grouped.get(k)
-        if found is None:
-            out.append(None)
-        elif len(found) == 1:
-            out.append(found[0])
-        else:  # fail this key only: the others are fine
-            out.append(
-                LoaderError(
-                    f"loader {name!r} expects at most one row per key but got {len(found)} "
-                    f"rows for key {short_repr(k)}; the {key!r} column is not unique. Use "
-                    "db.many(...) (or query(..., many=True)) to get a list per key.",
-                    loader=name,
-                    keys=[k],
-                )
-            )
-    return out
-
-
-def _build(name: str, keys: list[Any], r: Row, row: Callable[..., Any]) -> Any:
-    try:
-        return row(**r)
-    except TypeError as error:
-        raise LoaderError(
-            f"loader {name!r} could not build {getattr(row, '__name__', row)!r} from the row "
-            f"{short_repr(r)} ({error}); row= is called as row(**columns), so it must accept "
-            "every selected column (choose them with columns=[...])",
-            loader=name,
-            keys=keys,
-        ) from error
+            failure = failed(self, self._classify(error), name, batch, sql, error)
+            failure.__cause__ = error
+        else:
+            values = match.values(batch, rows, positional) if sent else []
+            if not alone:
+                return values
+            out: list[Any] = [None] * len(keys)
+            for i, value in zip(sent, values, strict=True):
+                out[i] = value
+            for i, bad in alone.items():
+                out[i] = bad
+            return out
+        if not alone:
+            raise failure
+        return [alone.get(i, failure) for i in range(len(keys))]

@@ -13,11 +13,18 @@ and gives it back, so a connection is never shared by two coroutines, and the
 batches of one round run in parallel on as many connections. A connection that
 failed mid-statement (lost server, timeout, cancellation) is closed instead of
 going back to the pool, so the pool only ever holds healthy connections.
+
+Parameters are encoded here, one at a time, rather than by aiomysql: so a key
+the driver cannot encode is known by itself (and fails alone) before anything
+is sent, and ``bytes`` keys work although aiomysql 0.2-0.3 cannot escape them
+under PyMySQL 1.2 (it calls a helper PyMySQL replaced with a string).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import decimal
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -26,14 +33,54 @@ from urllib.parse import unquote, urlsplit
 import aiomysql
 import pymysql
 
-from batchy import LoaderError, UsageError
+from batchy import LoaderError, UsageError, short_repr
 
-from ._source import DataSourceError
-from ._sql import Dialect, Row, SQLDatabase, identifier
+from ._source import (
+    ConnectionLostError,
+    DataSourceError,
+    KeyEncodingError,
+    QueryInterruptedError,
+    QueryRejectedError,
+)
+from ._sql import Dialect, KeysRejected, Row, SQLDatabase, identifier
+from ._sql_errors import CONTAINERS, Kind, refusal
+from ._sql_match import KeyTypeWarning
 
-__all__ = ["DataSourceError", "Database", "LoaderError", "connect", "identifier"]
+__all__ = [
+    "ConnectionLostError",
+    "DataSourceError",
+    "Database",
+    "KeyEncodingError",
+    "KeyTypeWarning",
+    "LoaderError",
+    "QueryInterruptedError",
+    "QueryRejectedError",
+    "connect",
+    "identifier",
+]
 
-MYSQL = Dialect("mysql", "`", "%s")
+
+#: Until the first connection says MariaDB: UNION ALL SELECT, which every server parses.
+MYSQL = Dialect("mysql", "`", "%s", keys_table="union", in_filter=True)
+MARIADB = Dialect("mariadb", "`", "%s", keys_table="values", in_filter=True)
+
+#: What PyMySQL encodes (bytes by us); bool, datetime are subclasses of int, date.
+_BINDS = (
+    int,
+    float,
+    str,
+    bytes,
+    bytearray,
+    memoryview,
+    decimal.Decimal,
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+)
+_ACCEPTED = "None, int, float, str, bytes, Decimal, date, datetime, time or timedelta"
+#: Server errors that mean "stopped", not "wrong": KILL QUERY, MariaDB's
+#: max_statement_time, MySQL's max_execution_time.
+_KILLED = frozenset({1317, 1969, 3024})
 
 
 class Database(SQLDatabase):
@@ -50,29 +97,44 @@ class Database(SQLDatabase):
     kind = "MySQL"
     #: 1,000 keys make a statement of a few kB, far below max_allowed_packet.
     default_batch_size = 1000
+    plain_key_types = frozenset({int, str, float, bytes, type(None), decimal.Decimal})
+    killed_hint = (
+        "it was killed on the server (KILL QUERY) or stopped by a time limit "
+        "(max_statement_time). The connection is still good; retry the keys, or find "
+        "out what killed the query."
+    )
+    timeout_hint = (
+        "the connection was discarded. Check the server, or raise timeout= if the query is slow."
+    )
 
     def __init__(self, pool: Any, *, host: str | None = None, timeout: float | None = 10.0) -> None:
         super().__init__(host or _pool_host(pool), timeout=timeout)
         self.pool = pool
         self._shows: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._server_known = False
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<batchy_contrib.mysql.Database {self.host}>"
 
-    async def _rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
+    async def _rows(self, sql: str, params: Sequence[Any], *, repeat: int = 1) -> list[Row]:
         conn = await self.pool.acquire()
-        healthy = False
+        healthy = True  # until a statement is under way
         try:
             if not conn.get_autocommit():
-                healthy = True
                 raise UsageError(
                     f"the aiomysql pool for {self.host} has autocommit off: each SELECT "
                     "would leave a transaction open, so aiomysql closes the connection on "
                     "release and reads see a stale snapshot. Create the pool with "
                     "autocommit=True (batchy_contrib.mysql.connect does)."
                 )
+            if not self._server_known:
+                self._learn_server(conn)
+            if params:
+                sql = _format(conn, sql, params, repeat)  # may raise KeysRejected
+            healthy = False
             async with conn.cursor(aiomysql.DictCursor) as cur:
-                await cur.execute(sql, list(params) if params else None)
+                await cur.execute(sql)
                 rows = await cur.fetchall()
             healthy = True
             return list(rows)
@@ -86,15 +148,38 @@ class Database(SQLDatabase):
                 conn.close()
             self.pool.release(conn)
 
-    def _connection_lost(self, error: BaseException) -> bool:
+    def _learn_server(self, conn: Any) -> None:
+        # MariaDB parses a VALUES list of keys faster than UNION ALL SELECT; MySQL
+        # spells it VALUES ROW(...). The handshake already told us which it is.
+        if "mariadb" in str(conn.get_server_info()).lower():
+            self.dialect = MARIADB
+        self._server_known = True
+
+    def _bind_problem(self, key: Any) -> str | None:
+        if key is None or (isinstance(key, _BINDS) and not isinstance(key, CONTAINERS)):
+            return None
+        return refusal(key, _ACCEPTED)
+
+    def _classify(self, error: BaseException) -> Kind:
+        if self._closed or (isinstance(error, RuntimeError) and self.pool.closed):
+            return "closed"
         if isinstance(error, pymysql.err.MySQLError):
-            return not _server_answered(error)
-        return isinstance(error, (OSError, EOFError, asyncio.IncompleteReadError))
+            if not _server_answered(error):
+                return "lost"
+            return "killed" if error.args[0] in _KILLED else "rejected"
+        if isinstance(error, (OSError, EOFError, asyncio.IncompleteReadError)):
+            return "lost"
+        return "other"
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one write statement; return the number of affected rows."""
         async with self.pool.acquire() as conn, conn.cursor() as cur:
-            return int(await cur.execute(sql, list(params) if params else None))
+            if params:
+                try:
+                    sql = _format(conn, sql, params, 1)
+                except KeysRejected as rejected:
+                    raise next(iter(rejected.bad.values())) from None
+            return int(await cur.execute(sql))
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         """Run one write statement for many parameter rows (one multi-row INSERT)."""
@@ -131,8 +216,55 @@ class Database(SQLDatabase):
 
     async def close(self) -> None:
         """Close the pool and wait for its connections to close."""
+        self._closed = True
         self.pool.close()
         await self.pool.wait_closed()
+
+
+def _format(conn: Any, sql: str, params: Sequence[Any], repeat: int) -> str:
+    """``sql`` with every parameter as a literal (``repeat`` times over, encoded once).
+
+    :class:`KeysRejected` names the parameters that cannot be encoded.
+    """
+    literals: list[str] = []
+    bad: dict[int, BaseException] = {}
+    encoding = conn.encoding
+    for i, p in enumerate(params):
+        try:
+            lit = _literal(conn, p)
+            if not lit.isascii():
+                lit.encode(encoding)  # aiomysql encodes strictly: lone surrogates fail there
+        except Exception as error:
+            bad[i] = error
+            lit = "NULL"
+        literals.append(lit)
+    if bad:
+        raise KeysRejected(bad)
+    try:
+        return sql % tuple(literals * repeat)
+    except (TypeError, ValueError, KeyError) as error:
+        raise UsageError(
+            f"the statement {short_repr(sql)} cannot take {len(literals)} parameters "
+            f"({type(error).__name__}: {error}): placeholders are %s, and a literal % "
+            "is written %%"
+        ) from error
+
+
+def _literal(conn: Any, p: Any) -> str:
+    kind = type(p)
+    if kind is int:
+        return str(p)
+    if kind is str:
+        return conn.escape(p)  # type: ignore[no-any-return]
+    if isinstance(p, (bytes, bytearray, memoryview)):
+        return f"X'{bytes(p).hex()}'"  # PyMySQL 1.2's own form; no escaping rules apply
+    if isinstance(p, int) and not isinstance(p, bool):
+        return str(int(p))  # an IntEnum is its number, not its name
+    if isinstance(p, float) and kind is not float:
+        p = float(p)
+    if isinstance(p, CONTAINERS):  # PyMySQL would write a list "(1,2)", or refuse
+        raise TypeError(f"{kind.__name__} can not be used as parameter")
+    return conn.escape(p)  # type: ignore[no-any-return]
 
 
 def _server_answered(error: BaseException) -> bool:

@@ -12,12 +12,15 @@ sqlite3 blocks, so every statement runs on the database's own worker threads,
 never on the event loop: while SQLite works, other batches of the round (an
 HTTP call, memcached) go on. Each worker thread owns one connection, so a
 connection is never used by two threads or coroutines at once. An in-memory
-database lives in one connection, so it gets exactly one worker.
+database lives in one connection, so it gets exactly one worker. A statement
+whose caller gave up (``timeout``, cancellation) is interrupted, so it does not
+hold its worker for the rest of its run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import decimal
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -26,12 +29,55 @@ from typing import Any
 
 from batchy import LoaderError, UsageError
 
-from ._source import DataSourceError
-from ._sql import Dialect, Row, SQLDatabase, identifier
+from ._source import (
+    ConnectionLostError,
+    DatabaseOpenError,
+    DataSourceError,
+    KeyEncodingError,
+    QueryInterruptedError,
+    QueryRejectedError,
+)
+from ._sql import Dialect, KeysRejected, Row, SQLDatabase, identifier
+from ._sql_errors import Kind, refusal
+from ._sql_match import KeyTypeWarning
 
-__all__ = ["DataSourceError", "Database", "LoaderError", "identifier"]
+__all__ = [
+    "ConnectionLostError",
+    "DataSourceError",
+    "Database",
+    "DatabaseOpenError",
+    "KeyEncodingError",
+    "KeyTypeWarning",
+    "LoaderError",
+    "QueryInterruptedError",
+    "QueryRejectedError",
+    "identifier",
+]
 
-SQLITE = Dialect("sqlite", '"', "?")
+
+SQLITE = Dialect("sqlite", '"', "?", keys_table="cte", in_filter=False)
+
+_BINDS = (int, float, str, bytes, bytearray, memoryview)
+_ACCEPTED = "None, int, float, str or bytes (or a type given sqlite3.register_adapter)"
+#: Primary result codes (sqlite3 error's sqlite_errorcode & 0xFF) and what they mean.
+_KINDS: dict[int, Kind] = {5: "busy", 6: "busy", 9: "killed", 14: "cantopen", 26: "notadb"}
+
+
+class _Job:
+    """One statement on a worker thread, so a caller that gives up can interrupt it."""
+
+    __slots__ = ("conn", "gone", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.conn: sqlite3.Connection | None = None  # set while the statement runs
+        self.gone = False  # the caller stopped waiting
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.gone = True
+            if self.conn is not None:
+                self.conn.interrupt()  # thread-safe: SQLite's way to stop a running statement
 
 
 def _param_limit() -> int:
@@ -55,7 +101,17 @@ class Database(SQLDatabase):
     kind = "SQLite"
     #: This SQLite's limit on bound parameters per statement (999 on old builds,
     #: 32,766 since 3.32), capped: one statement per round for any usual page.
+    #: A key is one parameter: its position is written into the SQL.
     default_batch_size = min(_param_limit(), 10_000)
+    plain_key_types = frozenset({int, str, float, bytes, type(None)})
+    killed_hint = (
+        "it was interrupted (sqlite3.Connection.interrupt()). Nothing is wrong with the "
+        "query; retry the keys."
+    )
+    timeout_hint = (
+        "the statement was interrupted. Raise timeout= if the query is slow, or index the "
+        "key column."
+    )
 
     def __init__(
         self,
@@ -76,6 +132,7 @@ class Database(SQLDatabase):
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<batchy_contrib.sqlite.Database {self.path}>"
@@ -95,31 +152,82 @@ class Database(SQLDatabase):
                 self._conns.append(conn)
         return conn
 
-    def _run(self, sql: str, params: Sequence[Any]) -> tuple[list[Row], int]:
-        cur = self._conn().execute(sql, params)
-        if cur.description is None:
-            return [], cur.rowcount
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()], cur.rowcount
+    def _run(self, sql: str, params: Sequence[Any], job: _Job) -> tuple[list[Row], int]:
+        conn = self._conn()
+        with job.lock:
+            if job.gone:  # waited in the queue past its caller's timeout: skip it
+                return [], 0
+            job.conn = conn
+        try:
+            try:
+                cur = conn.execute(sql, params)
+            except Exception as error:
+                bad = _unbindable(params) if _maybe_binding(error) else None
+                if bad:
+                    raise KeysRejected(bad) from error  # nothing ran: SQLite binds first
+                raise
+            if cur.description is None:
+                return [], cur.rowcount
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()], cur.rowcount
+        finally:
+            with job.lock:
+                job.conn = None  # an interrupt now must not hit the next statement
 
     async def _call(self, sql: str, params: Sequence[Any]) -> tuple[list[Row], int]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._run, sql, params)
+        job = _Job()
+        try:
+            return await loop.run_in_executor(self._executor, self._run, sql, params, job)
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
 
     # -- SQLDatabase ----------------------------------------------------------------
 
-    async def _rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
-        return (await self._call(sql, list(params)))[0]
+    async def _rows(self, sql: str, params: Sequence[Any], *, repeat: int = 1) -> list[Row]:
+        try:
+            return (await self._call(sql, list(params) * repeat))[0]
+        except KeysRejected as rejected:
+            if repeat == 1:
+                raise
+            raise KeysRejected({i % len(params): e for i, e in rejected.bad.items()}) from None
 
-    def _connection_lost(self, error: BaseException) -> bool:
-        # An SQLite "server" cannot go away; a file that cannot be opened can.
-        return isinstance(error, sqlite3.OperationalError) and "unable to open" in str(error)
+    def _bind_problem(self, key: Any) -> str | None:
+        if key is None or isinstance(key, _BINDS):
+            return None
+        if (type(key), sqlite3.PrepareProtocol) in sqlite3.adapters:
+            return None
+        if hasattr(type(key), "__conform__"):
+            return None
+        fix = None
+        if isinstance(key, decimal.Decimal):
+            fix = (
+                "Pass str(key) or float(key) as the column stores it, or register an "
+                "adapter once: sqlite3.register_adapter(Decimal, str)."
+            )
+        return refusal(key, _ACCEPTED, fix)
+
+    def _classify(self, error: BaseException) -> Kind:
+        if self._closed or (
+            isinstance(error, sqlite3.ProgrammingError) and "closed database" in str(error)
+        ):
+            return "closed"
+        if isinstance(error, sqlite3.Error):
+            code = getattr(error, "sqlite_errorcode", None)
+            if isinstance(code, int):
+                return _KINDS.get(code & 0xFF, "rejected")
+            return "rejected"
+        return "other"
 
     # -- writes and lifecycle -------------------------------------------------------
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one write statement; return the number of affected rows."""
-        return (await self._call(sql, list(params)))[1]
+        try:
+            return (await self._call(sql, list(params)))[1]
+        except KeysRejected as rejected:
+            raise next(iter(rejected.bad.values())) from None
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         """Run one write statement for many parameter rows, in one transaction."""
@@ -146,8 +254,39 @@ class Database(SQLDatabase):
 
     def close_now(self) -> None:
         """:meth:`close` for code with no event loop."""
+        self._closed = True
         self._executor.shutdown(wait=True)
         with self._lock:
             for conn in self._conns:
                 conn.close()
             self._conns.clear()
+
+
+def _maybe_binding(error: BaseException) -> bool:
+    # Binding fails with ProgrammingError / InterfaceError ("Error binding parameter"),
+    # OverflowError, UnicodeEncodeError or whatever an adapter raises; never with
+    # OperationalError (no such table, locked) or another DatabaseError (not a database).
+    if isinstance(error, (sqlite3.ProgrammingError, sqlite3.InterfaceError)):
+        return "closed database" not in str(error)
+    return not isinstance(error, sqlite3.Error)
+
+
+_probe = threading.local()
+
+
+def _unbindable(params: Sequence[Any]) -> dict[int, BaseException]:
+    """Which parameters SQLite refuses to bind, tried one by one on a private in-memory database.
+
+    Only after a statement failed: the user's file never sees the probes (nor
+    does its trace callback), and adapters are global, so the answer is the same.
+    """
+    conn: sqlite3.Connection | None = getattr(_probe, "conn", None)
+    if conn is None:
+        conn = _probe.conn = sqlite3.connect(":memory:")
+    bad: dict[int, BaseException] = {}
+    for i, p in enumerate(params):
+        try:
+            conn.execute("SELECT ?", (p,))
+        except Exception as error:
+            bad[i] = error
+    return bad

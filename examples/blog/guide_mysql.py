@@ -36,9 +36,10 @@ async def main(url: str) -> None:
     print("keys per call:", rec.calls(users_by_id))
     print("statements the server received:", await db.questions() - before)
 
+    users_by_name = db.one("guide_users", "name")
     try:  # a key is always a bound parameter, never SQL
         async with batchy.scope():
-            print(await users_by_id("1 OR 1=1"))
+            print(await users_by_name("ada' OR '1'='1"))
     finally:
         await db.execute("DROP TABLE guide_users")
         await db.close()

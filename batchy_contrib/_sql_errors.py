@@ -1,0 +1,169 @@
+"""What the SQL loaders say when something fails: one message per kind of failure, and bad keys.
+
+A backend only names the kind of a failure (:meth:`SQLDatabase._classify`);
+the words live here once, so a lost MariaDB and a closed SQLite file read alike.
+Every message names the loader, the store, what happened and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
+
+from batchy import short_repr
+
+from ._source import (
+    ConnectionLostError,
+    DatabaseOpenError,
+    DataSourceError,
+    KeyEncodingError,
+    QueryInterruptedError,
+    QueryRejectedError,
+)
+
+__all__ = [
+    "CONTAINERS",
+    "Kind",
+    "KeysRejected",
+    "bad_key",
+    "failed",
+    "refusal",
+    "timed_out",
+    "unencodable_key",
+]
+
+#: What went wrong, as a backend tells it (:meth:`SQLDatabase._classify`).
+Kind = Literal["lost", "closed", "killed", "busy", "rejected", "cantopen", "notadb", "other"]
+
+
+class _Store(Protocol):
+    kind: str
+    host: str
+    timeout: float | None
+    killed_hint: str
+    timeout_hint: str
+
+
+class KeysRejected(Exception):
+    """Raised by a backend's ``_rows`` when the driver could not encode some parameters.
+
+    ``bad`` maps a parameter's index to the driver's error. Nothing was sent, so
+    the loader fails those keys alone and sends the statement again without them.
+    """
+
+    def __init__(self, bad: dict[int, BaseException]) -> None:
+        super().__init__(f"{len(bad)} parameter(s) could not be encoded")
+        self.bad = bad
+
+
+def _err(error: BaseException) -> str:
+    # batchy.error_text is not public; this is its shape, for errors we know print.
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+#: Values that drivers expand into lists (or refuse): never one key.
+CONTAINERS = (tuple, list, set, frozenset, dict)
+
+
+def refusal(key: Any, accepted: str, fix: str | None = None) -> str:
+    """Why the driver cannot bind ``key``, and what to do instead."""
+    if fix is None:
+        if isinstance(key, CONTAINERS):
+            fix = (
+                "A key is one value; for a key over several columns, write the statement "
+                "yourself with db.query(...)."
+            )
+        else:
+            fix = "Convert it to the key column's type (for a UUID, str(key))."
+    return f"its driver binds only keys of type {accepted}. {fix}"
+
+
+def bad_key(db: _Store, name: str, key: Any, problem: str) -> KeyEncodingError:
+    """The error of a key whose type the driver cannot bind (found before anything is sent)."""
+    return KeyEncodingError(
+        f"loader {name!r} cannot send key {short_repr(key)} ({type(key).__name__}) to "
+        f"{db.kind} at {db.host}: {problem} Only this key failed; the other keys of its "
+        "batch were loaded.",
+        loader=name,
+        key=key,
+        host=db.host,
+    )
+
+
+def unencodable_key(db: _Store, name: str, key: Any, error: BaseException) -> KeyEncodingError:
+    """The error of a key the driver refused to encode although its type is one it binds."""
+    failure = KeyEncodingError(
+        f"loader {name!r} could not encode key {short_repr(key)} ({type(key).__name__}) for "
+        f"{db.kind} at {db.host} ({_err(error)}). Only this key failed; the other keys of its "
+        "batch were loaded. Pass a value the driver can encode: text without lone "
+        "surrogates, finite numbers, integers of at most 64 bits on SQLite.",
+        loader=name,
+        key=key,
+        host=db.host,
+    )
+    failure.__cause__ = error
+    return failure
+
+
+def timed_out(db: _Store, name: str, keys: Sequence[Any]) -> QueryInterruptedError:
+    return QueryInterruptedError(
+        f"loader {name!r} got no answer from {db.kind} at {db.host} within {db.timeout} s "
+        f"while loading keys {short_repr(keys)}; {db.timeout_hint}",
+        loader=name,
+        keys=keys,
+        host=db.host,
+    )
+
+
+def failed(
+    db: _Store, kind: Kind, name: str, keys: Sequence[Any], sql: str, error: BaseException
+) -> DataSourceError:
+    """The error for a statement that failed as a whole, worded by what happened."""
+    at = f"{db.kind} at {db.host} ({_err(error)})"
+    loading = f"while loading keys {short_repr(keys)}"
+    cls: type[DataSourceError]
+    if kind == "lost":
+        cls = ConnectionLostError
+        text = (
+            f"cannot reach {at} {loading}. Check that the server is running and "
+            "reachable; the next call reconnects."
+        )
+    elif kind == "closed":
+        cls = ConnectionLostError
+        text = (
+            f"cannot use {at}: the database was closed before this call, {loading}. "
+            "Close it only after its last loader call, or open a new one."
+        )
+    elif kind == "killed":
+        cls = QueryInterruptedError
+        text = f"had its query interrupted by {at} {loading}: {db.killed_hint}"
+    elif kind == "busy":
+        cls = QueryInterruptedError
+        text = (
+            f"timed out waiting for a lock on {at} {loading}: another connection held "
+            "a write lock for longer than the busy timeout. Keep write transactions "
+            "short; a retry can succeed."
+        )
+    elif kind == "rejected":
+        cls = QueryRejectedError
+        text = f"had its query rejected by {at} {loading}. Check the table and column names. " + (
+            f"SQL: {short_repr(sql)}"
+        )
+    elif kind == "cantopen":
+        cls = DatabaseOpenError
+        text = (
+            f"cannot reach {at} {loading}. The file cannot be opened: check that its "
+            "directory exists and that this process may read and write there (SQLite "
+            "creates the file, not its directories)."
+        )
+    elif kind == "notadb":
+        cls = DatabaseOpenError
+        text = (
+            f"cannot reach {at} {loading}. The file is not an SQLite database (or it is "
+            "encrypted or damaged): check the path."
+        )
+    else:
+        cls = DataSourceError
+        text = f"failed on {at} {loading}. SQL: {short_repr(sql)}"
+    return cls(f"loader {name!r} {text}", loader=name, keys=keys, host=db.host)

@@ -1,0 +1,66 @@
+"""The SQL guides' collation example runs and prints what the docs show; the SQL modules' layering."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import blog_views
+import pytest
+
+import batchy_contrib
+
+EXAMPLE = Path(blog_views.__file__).with_name("guide_collations.py")
+
+SQLITE = [
+    "SQLite one():   {'ADA': 1, 'ada': 1, 'trail': None, 'zed': None}",
+    "SQLite query(): {'ADA': None, 'ada': 1, 'trail': None, 'zed': None}",
+]
+MYSQL = [
+    "MySQL  one():   {'ADA': 1, 'ada': 1, 'trail': 2, 'zed': None}",
+    "MySQL  query(): {'ADA': None, 'ada': 1, 'trail': None, 'zed': None}",
+]
+
+
+def run(*args: str) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLE), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.splitlines()
+
+
+def test_collation_guide_on_sqlite() -> None:
+    assert run() == SQLITE
+
+
+def test_collation_guide_on_sqlite_and_mariadb(mysql_url: str) -> None:
+    assert run(mysql_url) == SQLITE + MYSQL
+
+
+def test_the_guides_show_the_examples_output() -> None:
+    docs = Path(batchy_contrib.__file__).parents[1] / "docs" / "guides"
+    for guide, lines in (("20-mysql.rst", MYSQL), ("21-sqlite.rst", SQLITE)):
+        text = (docs / guide).read_text()
+        assert "guide_collations.py" in text
+        for line in lines:
+            assert line in text, (guide, line)
+
+
+@pytest.mark.parametrize("name", ["_sql_build", "_sql_errors", "_sql_match"])
+def test_only_the_public_engine_api(name: str) -> None:
+    # tests/contrib/test_layering.py checks the older modules the same way.
+    tree = ast.parse(Path(batchy_contrib.__file__).with_name(f"{name}.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            assert not node.module.startswith("batchy._"), f"{name}: from {node.module}"
+            if node.module == "batchy":
+                assert all(not a.name.startswith("_") for a in node.names)
+        if isinstance(node, ast.Import):
+            assert all(not a.name.startswith("batchy._") for a in node.names)
