@@ -199,6 +199,9 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..'leases', '-inf', now, 'LIMIT
 end
 local out, dropped = {}, {}
 local got = 0
+-- A fresh lease token per cycle, from a counter that never goes back: a job's
+-- next claim is always another cycle's, so its token is always another.
+local token
 for _, q in ipairs(queues) do
   if got >= limit then break end
   local ids = redis.call('LPOP', p..'q:'..q, limit - got)
@@ -206,8 +209,7 @@ for _, q in ipairs(queues) do
     for _, id in ipairs(ids) do
       local payload = redis.call('HGET', p..'jobs', id)
       if payload then
-        -- A fresh lease token per claim, from a counter that never goes back.
-        local token = tostring(redis.call('INCR', p..'claims'))
+        token = token or tostring(redis.call('INCR', p..'claims'))
         redis.call('ZADD', p..'leases', now + lease, id)
         redis.call('HSET', p..'owner', id, token)
         out[#out+1] = id; out[#out+1] = q; out[#out+1] = payload; out[#out+1] = token
