@@ -18,7 +18,20 @@ import graphql as gql
 from graphql import GraphQLError
 from graphql.pyutils import Path
 
-__all__ = ["ABSTRACT", "GRAPHQL_CORE_33", "LEAF", "LIST", "OBJECT", "Field", "Planner", "Type"]
+__all__ = [
+    "ABSTRACT",
+    "BYPASSED_HOOKS",
+    "has_fragment_cycle",
+    "overridden_hooks",
+    "uses_incremental_delivery",
+    "GRAPHQL_CORE_33",
+    "LEAF",
+    "LIST",
+    "OBJECT",
+    "Field",
+    "Planner",
+    "Type",
+]
 
 GRAPHQL_CORE_33: bool = hasattr(gql.execution, "Executor")
 # graphql-core's execution module (the package exports a function of the same name).
@@ -203,3 +216,101 @@ class Planner:
 
     def invalid_return_type_error(self, ftype: Type, object_type: Any, value: Any) -> GraphQLError:
         return _core.invalid_return_type_error(object_type, value, ftype.core_nodes)  # type: ignore[no-any-return]
+
+
+# graphql-core's own hooks that the planned executor does not call: a subclass
+# that overrides one of them runs on graphql-core's execution instead, where it
+# is called. (The hooks it does call: build_resolve_info, complete_leaf_value,
+# ensure_valid_runtime_type, collect_subfields, build_response, execute_operation.)
+BYPASSED_HOOKS = (
+    "execute_collected_root_fields",
+    "execute_root_grouped_field_set",
+    "execute_fields",
+    "execute_fields_serially",
+    "execute_field",
+    "handle_field_error",
+    "complete_value",
+    "complete_awaitable_value",
+    "complete_list_value",
+    "complete_iterable_value",
+    "complete_list_item_value",
+    "complete_awaitable_list_item_value",
+    "complete_async_iterator_value",
+    "complete_abstract_value",
+    "complete_object_value",
+    "collect_and_execute_subfields",
+    "execute_collected_subfields",
+)
+
+
+def overridden_hooks(cls: type[Any], ours: tuple[type[Any], ...]) -> list[str]:
+    """The :data:`BYPASSED_HOOKS` that ``cls`` defines outside graphql-core and ``ours``."""
+    found = []
+    for name in BYPASSED_HOOKS:
+        for klass in cls.__mro__:
+            if klass in ours or name not in vars(klass):
+                continue
+            if not klass.__module__.startswith("graphql."):
+                found.append(name)
+            break
+    return found
+
+
+def has_fragment_cycle(fragments: Mapping[str, Any]) -> bool:
+    """True if a fragment spreads itself, directly or not (only unvalidated documents do).
+
+    Such a document asks for a selection without end; graphql-core's recursion
+    ends it on a RecursionError, the planned executor's watch loop never would.
+    """
+    spreads = {
+        name: _spreads(getattr(f, "definition", f).selection_set) for name, f in fragments.items()
+    }
+    done: set[str] = set()
+    for start, first in spreads.items():
+        # Depth first, with the names on the current path: one seen again is a cycle.
+        stack = [(start, iter(first))]
+        on_path = {start}
+        while stack:
+            name, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                on_path.discard(name)
+                done.add(name)
+            elif child in on_path:
+                return True
+            elif child not in done and child in spreads:
+                on_path.add(child)
+                stack.append((child, iter(spreads[child])))
+    return False
+
+
+def _spreads(selection_set: Any) -> set[str]:
+    names: set[str] = set()
+    todo = [selection_set]
+    while todo:
+        current = todo.pop()
+        if current is None:
+            continue
+        for selection in current.selections:
+            if isinstance(selection, gql.FragmentSpreadNode):
+                names.add(selection.name.value)
+            else:
+                todo.append(selection.selection_set)
+    return names
+
+
+def uses_incremental_delivery(document: Any) -> bool:
+    """True if the document asks for ``@defer`` or ``@stream`` (left to graphql-core)."""
+    found = False
+
+    class Visitor(gql.Visitor):
+        def enter_directive(self, node: Any, *_: Any) -> Any:
+            nonlocal found
+            if node.name.value in ("defer", "stream"):
+                found = True
+                return gql.BREAK
+            return None
+
+    gql.visit(document, Visitor())
+    return found

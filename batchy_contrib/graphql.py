@@ -43,16 +43,18 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import graphql as gql
-from graphql import DocumentNode, ExecutionResult, GraphQLError, GraphQLSchema, OperationType
+from graphql import DocumentNode, ExecutionResult, GraphQLSchema, OperationType
 
 import batchy
 
+from ._graphql_plan import overridden_hooks, uses_incremental_delivery
 from .graphql_async import AsyncMixin, is_handler, run_generator, start_in_scope
-from .graphql_executor import execute_planned, uses_incremental_delivery
+from .graphql_executor import execute_planned
 
 __all__ = [
     "BatchyExecutionContext",
@@ -122,6 +124,9 @@ def _is_awaitable(value: Any) -> bool:
     return isinstance(value, batchy.Future) or inspect.isawaitable(value)
 
 
+# What _planned_32 returns when graphql-core's own execution runs instead.
+_NOT_PLANNED = object()
+
 _NOT_AWAITABLE = frozenset({dict, list, str, int, float, bool, type(None), tuple})
 
 
@@ -156,8 +161,8 @@ class BatchyMixin(AsyncMixin):
         # Root resolvers run right now, in this call: loads they make belong to
         # the request's scope.
         with self.batchy_scope:
-            planned = None if GRAPHQL_CORE_33 else self._planned_32(*args, **kwargs)
-            if planned is not None:
+            planned = _NOT_PLANNED if GRAPHQL_CORE_33 else self._planned_32(*args, **kwargs)
+            if planned is not _NOT_PLANNED:
                 result = self._deferred_result(planned)
             else:
                 result = super().execute_operation(*args, **kwargs)  # type: ignore[misc]
@@ -171,13 +176,13 @@ class BatchyMixin(AsyncMixin):
             return batchy.run(_run_awaitable(result), scope=self.batchy_scope)
         return self._drive(result)
 
-    def _planned_32(self, operation: Any, root_value: Any) -> batchy.Task[Any] | None:
+    def _planned_32(self, operation: Any, root_value: Any) -> Any:
         # graphql-core 3.2: queries and mutations on the planned executor.
-        if not self.batchy_fast_path or operation.operation is OperationType.SUBSCRIPTION:
-            return None
+        if operation.operation is OperationType.SUBSCRIPTION or not self._use_planned():
+            return _NOT_PLANNED
         root_type = self.schema.get_root_type(operation.operation)  # type: ignore[attr-defined]
         if root_type is None:
-            return None  # graphql-core raises the error
+            return _NOT_PLANNED  # graphql-core raises the error
         try:
             grouped: Any = gql.execution.collect_fields.collect_fields(  # type: ignore[call-arg,unused-ignore]
                 self.schema,  # type: ignore[attr-defined]
@@ -187,7 +192,7 @@ class BatchyMixin(AsyncMixin):
                 operation.selection_set,
             )
         except RecursionError:
-            return None  # graphql-core reports the query as nested too deeply
+            return _NOT_PLANNED  # graphql-core reports the query as nested too deeply
         serially = operation.operation is OperationType.MUTATION
         return execute_planned(self, root_type, root_value, grouped, serially)
 
@@ -201,22 +206,38 @@ class BatchyMixin(AsyncMixin):
     ) -> Any:
         # graphql-core 3.3 only: the root fields of a query or mutation.
         if (
-            not self.batchy_fast_path
-            or new_defer_usages
+            new_defer_usages
             or self.abort_signal is not None  # type: ignore[attr-defined]
             or (self.schema.get_directive("stream") and self._streams())  # type: ignore[attr-defined]
+            or not self._use_planned()
         ):
             parent = super().execute_collected_root_fields  # type: ignore[misc]
             return parent(root_type, root_value, grouped_field_set, serially, new_defer_usages)
         planned = execute_planned(self, root_type, root_value, grouped_field_set, serially)
         return self._deferred_result(planned)
 
+    def _use_planned(self) -> bool:
+        # The planned executor runs unless turned off, and unless the class
+        # overrides a hook it would not call: graphql-core's execution honours it.
+        # fragment cycle: graphql-core's execution honours the first.
+        if not self.batchy_fast_path:
+            return False
+        cls = type(self)
+        plain = _PLAIN_CLASSES.get(cls)
+        if plain is None:
+            plain = _PLAIN_CLASSES[cls] = not overridden_hooks(cls, (BatchyMixin, AsyncMixin))
+        return plain
+
     def _streams(self) -> bool:
         # @stream is only seen when a list completes: look for it in the document.
         fragments = self.fragments.values()  # type: ignore[attr-defined]
         return any(uses_incremental_delivery(n) for n in (self.operation, *fragments))  # type: ignore[attr-defined]
 
-    def _deferred_result(self, root: batchy.Task[Any]) -> Any:
+    def _deferred_result(self, root: Any) -> Any:
+        # The planned executor's data, or (when values were pending) the task
+        # that completes it.
+        if not isinstance(root, batchy.Task):
+            return root
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -231,6 +252,10 @@ class BatchyMixin(AsyncMixin):
             return await task  # type: ignore[no-any-return]
         finally:
             task.cancel()  # a no-op when done; stops the execution when we are cancelled
+
+
+# Execution context classes that override no hook the planned executor bypasses.
+_PLAIN_CLASSES: weakref.WeakKeyDictionary[type[Any], bool] = weakref.WeakKeyDictionary()
 
 
 def with_batchy(base: type[T]) -> type[T]:
@@ -278,7 +303,22 @@ def _check_class(cls: type[Any] | None, where: str) -> type[Any] | None:
     return cls
 
 
-async def execute(
+def _class_kwargs(where: str, cls: type[Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    # Our entry points take `execution_context_class=` on both lines; graphql-core
+    # 3.3 names it `executor_class=`, which is taken too.
+    if _CLASS_ARG in kwargs and _CLASS_ARG != "execution_context_class":
+        if cls is not None:
+            raise TypeError(
+                f"{where}() got both execution_context_class= and {_CLASS_ARG}=; pass one"
+            )
+        cls = kwargs.pop(_CLASS_ARG)
+    return _context_kwargs(_check_class(cls, where))
+
+
+_CLASS_ARG = "executor_class" if GRAPHQL_CORE_33 else "execution_context_class"
+
+
+def execute(
     schema: GraphQLSchema,
     document: DocumentNode,
     root_value: Any = None,
@@ -288,13 +328,14 @@ async def execute(
     *,
     execution_context_class: type[Any] | None = None,
     **kwargs: Any,
-) -> ExecutionResult:
+) -> Coroutine[Any, Any, ExecutionResult]:
     """Execute a parsed document with batched resolvers, in a scope of its own.
 
     Other keyword arguments go to graphql-core's ``execute`` (``middleware=``,
-    ``field_resolver=``, ...).
+    ``field_resolver=``, ...). As graphql-core's, the execution starts in this
+    call (root resolvers run, hooks and abort signals are looked at); await the
+    coroutine returned for the result.
     """
-    cls = _check_class(execution_context_class, "execute")
     result = gql.execute(
         schema,
         document,
@@ -302,12 +343,16 @@ async def execute(
         context_value,
         variable_values,
         operation_name,
-        **_context_kwargs(cls),
+        **_class_kwargs("execute", execution_context_class, kwargs),
         **kwargs,
     )
+    return _result_of(result)
+
+
+async def _result_of(result: Any) -> ExecutionResult:
     if _is_awaitable(result):
-        return await result  # type: ignore[misc,no-any-return]
-    return result  # type: ignore[return-value]
+        return await result  # type: ignore[no-any-return]
+    return result  # type: ignore[no-any-return]
 
 
 def execute_sync(
@@ -326,7 +371,7 @@ def execute_sync(
     Runs an event loop of its own for the duration of the call; calling it while
     a loop runs in this thread is an error (``await execute(...)`` there).
     """
-    cls = _check_class(execution_context_class, "execute_sync")
+    class_kwargs = _class_kwargs("execute_sync", execution_context_class, kwargs)
     _no_running_loop("execute_sync")
     result = gql.execute(
         schema,
@@ -335,7 +380,7 @@ def execute_sync(
         context_value,
         variable_values,
         operation_name,
-        **_context_kwargs(cls),
+        **class_kwargs,
         **kwargs,
     )
     return result  # type: ignore[return-value]
@@ -353,52 +398,62 @@ def _no_running_loop(where: str) -> None:
     )
 
 
-def _parse_and_validate(schema: GraphQLSchema, source: str) -> DocumentNode | ExecutionResult:
-    schema_errors = gql.validate_schema(schema)
-    if schema_errors:
-        return ExecutionResult(data=None, errors=schema_errors)
-    try:
-        document = gql.parse(source)
-    except GraphQLError as error:
-        return ExecutionResult(data=None, errors=[error])
-    errors = gql.validate(schema, document)
-    if errors:
-        return ExecutionResult(data=None, errors=errors)
-    return document
-
-
 async def graphql(
     schema: GraphQLSchema,
-    source: str,
+    source: Any,
     root_value: Any = None,
     context_value: Any = None,
     variable_values: dict[str, Any] | None = None,
     operation_name: str | None = None,
+    *,
+    execution_context_class: type[Any] | None = None,
     **kwargs: Any,
 ) -> ExecutionResult:
-    """Parse, validate and execute ``source`` (like ``graphql.graphql``), batched."""
-    document = _parse_and_validate(schema, source)
-    if isinstance(document, ExecutionResult):
-        return document
-    return await execute(
-        schema, document, root_value, context_value, variable_values, operation_name, **kwargs
+    """Parse, validate and execute ``source`` (like ``graphql.graphql``), batched.
+
+    It is graphql-core's own ``graphql`` with our execution context class: every
+    parse, validation and execution option of the installed graphql-core is
+    taken as graphql-core takes it, and any other is a ``TypeError`` as there.
+    """
+    class_kwargs = _class_kwargs("graphql", execution_context_class, kwargs)
+    return await gql.graphql(
+        schema,
+        source,
+        root_value,
+        context_value,
+        variable_values,
+        operation_name,
+        **class_kwargs,
+        **kwargs,
     )
 
 
 def graphql_sync(
     schema: GraphQLSchema,
-    source: str,
+    source: Any,
     root_value: Any = None,
     context_value: Any = None,
     variable_values: dict[str, Any] | None = None,
     operation_name: str | None = None,
+    *,
+    execution_context_class: type[Any] | None = None,
     **kwargs: Any,
 ) -> ExecutionResult:
-    """Parse, validate and execute ``source`` from sync code (like ``graphql_sync``), batched."""
+    """Parse, validate and execute ``source`` from sync code (like ``graphql_sync``), batched.
+
+    graphql-core's own ``graphql_sync`` with our execution context class (its
+    options, ``check_sync=`` included, are taken as there); pending values are
+    waited for on a loop of our own, so the result is there when it returns.
+    """
+    class_kwargs = _class_kwargs("graphql_sync", execution_context_class, kwargs)
     _no_running_loop("graphql_sync")
-    document = _parse_and_validate(schema, source)
-    if isinstance(document, ExecutionResult):
-        return document
-    return execute_sync(
-        schema, document, root_value, context_value, variable_values, operation_name, **kwargs
+    return gql.graphql_sync(
+        schema,
+        source,
+        root_value,
+        context_value,
+        variable_values,
+        operation_name,
+        **class_kwargs,
+        **kwargs,
     )

@@ -33,7 +33,7 @@ The executor borrows from graphql-core what is not per value: field collection
 resolution, leaf serialization. The plans and the differences between the two
 graphql-core lines live in ``_graphql_plan``.
 
-At about 450 lines this module is longer than most of ours: completing values,
+At about 500 lines this module is longer than most of ours: completing values,
 tracking nulled positions and the watch loop all work on one :class:`_Run`, and
 split across modules they would only hand its state back and forth.
 """
@@ -41,19 +41,29 @@ split across modules they would only hand its state back and forth.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Generator, Mapping
+import sys
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
-import graphql as gql
 from graphql import GraphQLError, Undefined, located_error
 from graphql.pyutils import Path, is_iterable
 
 import batchy
 
-from ._graphql_plan import LEAF, LIST, OBJECT, Field, Planner, Type
+from ._graphql_pending import Pending, own_awaitable, own_task, read_all
+from ._graphql_plan import (
+    GRAPHQL_CORE_33,
+    LEAF,
+    LIST,
+    OBJECT,
+    Field,
+    Planner,
+    Type,
+    has_fragment_cycle,
+)
 from .graphql_async import is_handler, run_generator
 
-__all__ = ["execute_planned", "uses_incremental_delivery"]
+__all__ = ["execute_planned"]
 
 # Values that are what they are: never pending, never callables.
 _LEAF_VALUES = frozenset({str, int, float, bool})
@@ -62,7 +72,16 @@ _LEAF_VALUES = frozenset({str, int, float, bool})
 class _Pos:
     """A position holding an object or a list: where it is, and whether it may be nulled."""
 
-    __slots__ = ("container", "field_path", "key", "nullable", "parent", "path", "typename")
+    __slots__ = (
+        "container",
+        "depth",
+        "field_path",
+        "key",
+        "nullable",
+        "parent",
+        "path",
+        "typename",
+    )
 
     def __init__(
         self,
@@ -83,6 +102,7 @@ class _Pos:
         self.typename = typename
         # In a list: the path of the field the list belongs to (its items' info.path).
         self.field_path = field_path
+        self.depth: int = 0 if parent is None else parent.depth + 1
 
 
 # Work waiting in the watch: how to go on, the position's type, field,
@@ -93,7 +113,7 @@ _Slot = tuple[Any, Type, Field, Any, Any, _Pos, tuple[Any, ...]]
 class _Run:
     """One execution of one operation (a graphql-core execution context does the rest)."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, max_depth: int | None) -> None:
         self.ctx = ctx
         self.plan = Planner(ctx)
         self.info = self.plan.info
@@ -101,7 +121,12 @@ class _Run:
         # Positions nulled by an error: (id(container), key). Work still waiting
         # below one of them is dropped, and so are its errors.
         self.nulled: set[tuple[int, Any]] = set()
-        self.watch: batchy.Watch[_Slot] = batchy.Watch()
+        self.pending = Pending()
+        self.add = self.pending.add
+        # Set when a position is nulled: drop the slots below it before waiting.
+        self.sweep = False
+        # Only a document with a fragment cycle can nest without end; see run().
+        self.max_depth = max_depth
         self.data: dict[str, Any] | None = None
 
     # -- completing -----------------------------------------------------------------
@@ -158,9 +183,10 @@ class _Run:
         else:
             pending = _pending(value, field)
             if pending is not None:
-                if pending.done():  # a key loaded earlier in this scope
-                    return self.complete(ftype, field, pending.result(), container, key, pos)
-                self.watch.add(pending, (self.resume, ftype, field, container, key, pos, ()))
+                fut, inner = pending
+                if fut.done():  # a key loaded earlier in this scope
+                    return self.complete(ftype, field, fut.result(), container, key, pos)
+                self.add(fut, (self.resume, ftype, field, container, key, pos, ()), inner)
                 return None
         kind = ftype.kind
         if kind == LEAF:
@@ -184,7 +210,11 @@ class _Run:
         path = Path(pos.path, key, pos.typename)
         # Items of a list keep the field's path in their info; a field's own path is its.
         field_path = pos.field_path if pos.typename is None else path
-        return _Pos(pos, container, key, not ftype.non_null, path, typename, field_path)
+        child = _Pos(pos, container, key, not ftype.non_null, path, typename, field_path)
+        if self.max_depth is not None and child.depth > self.max_depth:
+            # graphql-core's recursion ends here, on its stack's limit.
+            raise RecursionError("maximum recursion depth exceeded")
+        return child
 
     def info_path(self, pos: _Pos, key: Any) -> Path:
         return pos.field_path if pos.typename is None else Path(pos.path, key, pos.typename)  # type: ignore[return-value]
@@ -211,7 +241,7 @@ class _Run:
                     pos,
                     (object_type, value),
                 )
-                self.watch.add(_run_awaitable(matches), then)
+                self.add(own_awaitable(matches), then, matches)
                 return None
             if not matches:
                 raise self.plan.invalid_return_type_error(ftype, object_type, value)
@@ -229,7 +259,7 @@ class _Run:
         name = resolve_type(value, info, abstract)
         if inspect.isawaitable(name):
             then = (self.resume_runtime_type, ftype, field, container, key, pos, (value,))
-            self.watch.add(_run_awaitable(name), then)
+            self.add(own_awaitable(name), then, name)
             return None
         return self.ctx.ensure_valid_runtime_type(name, abstract, ftype.core_nodes, info, value)
 
@@ -239,7 +269,7 @@ class _Run:
         if not _is_iterable(value):
             if hasattr(value, "__aiter__"):
                 then = (self.resume, ftype, field, container, key, pos, ())
-                self.watch.add(_collect(value), then)
+                self.add(read_all(value), then, None)
                 return None
             raise GraphQLError(
                 "Expected Iterable, but did not find one for field"
@@ -320,7 +350,12 @@ class _Run:
             raise located
         self.plan.add_error(located, path)
         if ftype.kind != LEAF:
-            self.nulled.add((id(container), key))  # work still waiting below is dropped
+            self.null(container, key)
+
+    def null(self, container: Any, key: Any) -> None:
+        """Mark ``container[key]`` nulled: the work still waiting below it is abandoned."""
+        self.nulled.add((id(container), key))
+        self.sweep = True
 
     def is_dropped(self, pos: _Pos | None) -> bool:
         """True if a position at or above ``pos`` was nulled: its waiting work is void."""
@@ -342,26 +377,31 @@ class _Run:
         if not ftype.non_null or not self.plan.propagate:
             container[key] = None
             self.plan.add_error(located, path)
-            self.nulled.add((id(container), key))
+            self.null(container, key)
             return
         at = pos
         while at.parent is not None:
             if at.nullable:
                 at.container[at.key] = None
                 self.plan.add_error(located, at.path)
-                self.nulled.add((id(at.container), at.key))
+                self.null(at.container, at.key)
                 return
             at = at.parent
         # No nullable position up to the root: the whole data is null.
         self.plan.add_error(located, None)
         self.data = None
-        self.nulled.add((id(None), None))
+        self.null(None, None)
 
     # -- the handler ----------------------------------------------------------------
 
-    def run(
+    def start(
         self, root_type: Any, root_value: Any, grouped: Mapping[str, Any], serially: bool
-    ) -> Generator[Any, Any, Any]:
+    ) -> Any:
+        """Run what graphql-core runs before its first await: the data, or a task for it.
+
+        The root fields are resolved in this call, as graphql-core resolves them;
+        if any value is pending, the task returned completes the data.
+        """
         root = _Pos(None, None, None, False, None, root_type.name, None)
         fields = self.plan.fields(grouped, root_type)
         try:
@@ -369,27 +409,56 @@ class _Run:
                 # A mutation: each root field, with all it waits for, before the next.
                 data: dict[str, Any] = {}
                 self.data = data
-                for field in fields:
+                for index, field in enumerate(fields):
                     self.object([field], root_value, root, data)
-                    yield from self.drain()
-                    if self.data is None:
-                        break
+                    if self.pending.slots:
+                        return _finish(self, fields[index + 1 :], root_value, root)
             else:
                 self.data = self.object(fields, root_value, root)
-                yield from self.drain()
+                if self.pending.slots:
+                    return _finish(self, [], root_value, root)
         except GraphQLError as error:
             # A non-null root field failed: no data at all.
+            self.pending.cancel_all()
             self.plan.add_error(error, None)
             return None
         return self.data
 
+    def finish(
+        self, rest: Sequence[Field], root_value: Any, root: _Pos
+    ) -> Generator[Any, Any, Any]:
+        """The handler: completes what start() left waiting, then the mutation's other fields."""
+        self.pending.start()
+        try:
+            yield from self.drain()
+            data = self.data
+            for field in rest:
+                if data is None:
+                    break
+                self.object([field], root_value, root, data)
+                yield from self.drain()
+                data = self.data
+        except GraphQLError as error:
+            self.plan.add_error(error, None)
+            return None
+        finally:
+            # Work under a null that nothing waits for any more; or we were cancelled.
+            self.pending.cancel_all()
+        return self.data
+
     def drain(self) -> Generator[Any, Any, None]:
         """Go on with each waiting position as its value arrives, until none waits."""
-        watch = self.watch
-        while watch:
-            yield watch.ready()
-            for (resume, ftype, field, container, key, pos, extra), fut in watch.take():
-                if self.is_dropped(pos):
+        pending = self.pending
+        while pending.slots:
+            if self.sweep:
+                # Positions were nulled: stop waiting for the work below them.
+                self.sweep = False
+                pending.drop(self.slot_dropped)
+                if not pending.slots:
+                    return
+            for slot, fut in (yield from pending.taken()):
+                resume, ftype, field, container, key, pos, extra = slot
+                if self.nulled and self.slot_dropped(slot):
                     continue
                 try:
                     resume(fut, ftype, field, container, key, pos, extra)
@@ -398,51 +467,49 @@ class _Run:
                     if self.data is None:
                         return
 
+    def slot_dropped(self, slot: _Slot) -> bool:
+        """True if the slot's position, or one above it, was nulled."""
+        return (id(slot[3]), slot[4]) in self.nulled or self.is_dropped(slot[5])
+
 
 def _is_iterable(value: Any) -> bool:
     return type(value) is list or is_iterable(value)
 
 
-def _pending(value: Any, field: Field) -> batchy.Future[Any] | None:
-    """The future to wait on when ``value`` is not there yet (else None)."""
+def _pending(value: Any, field: Field) -> tuple[batchy.Future[Any], Any] | None:
+    """The future to wait on when ``value`` is not there yet, and what it runs if it is ours.
+
+    (False when others may share it: see ``Pending.add``.)
+    """
     if isinstance(value, batchy.Future):
-        return value
+        if isinstance(value, batchy.Task):
+            return own_task(value), value  # others may wait on it: see _graphql_pending
+        return value, False  # a load: others may want its key
     if is_handler(value):  # a generator expression is a list to GraphQL: not this
-        return run_generator(value, f"{field.parent_name}.{field.name}")
+        return run_generator(value, f"{field.parent_name}.{field.name}"), value
     if inspect.isawaitable(value):
-        return _run_awaitable(value)
+        return own_awaitable(value), value
     return None
 
 
 @batchy.task
-async def _run_awaitable(aw: Any) -> Any:
-    return await aw
+def _finish(
+    run: _Run, rest: Sequence[Field], root_value: Any, root: _Pos
+) -> Generator[Any, Any, Any]:
+    return (yield from run.finish(rest, root_value, root))
 
 
-@batchy.task
-async def _collect(iterable: Any) -> list[Any]:
-    return [item async for item in iterable]
-
-
-@batchy.task
 def execute_planned(
     ctx: Any, root_type: Any, root_value: Any, grouped: Mapping[str, Any], serially: bool
-) -> Generator[Any, Any, Any]:
-    """The batchy handler that executes an operation's root fields; its result is the data."""
-    return (yield from _Run(ctx).run(root_type, root_value, grouped, serially))
+) -> Any:
+    """Execute an operation's root fields: the data, or a batchy task whose result is the data.
 
-
-def uses_incremental_delivery(document: Any) -> bool:
-    """True if the document asks for ``@defer`` or ``@stream`` (left to graphql-core)."""
-    found = False
-
-    class Visitor(gql.Visitor):
-        def enter_directive(self, node: Any, *_: Any) -> Any:
-            nonlocal found
-            if node.name.value in ("defer", "stream"):
-                found = True
-                return gql.BREAK
-            return None
-
-    gql.visit(document, Visitor())
-    return found
+    Like graphql-core, it runs the resolvers it can before anything is awaited.
+    """
+    fragments = ctx.fragment_definitions if GRAPHQL_CORE_33 else ctx.fragments
+    # A fragment cycle (only unvalidated documents have one) nests without end:
+    # stop where graphql-core's recursion would, about, with its error.
+    max_depth = (
+        sys.getrecursionlimit() // 6 if fragments and has_fragment_cycle(fragments) else None
+    )
+    return _Run(ctx, max_depth).start(root_type, root_value, grouped, serially)

@@ -1581,3 +1581,291 @@ def test_batchy_loaders(query: str, calls: list[list[int]] | None, style: str) -
                 assert [sorted(keys) for keys in rec.calls(people_by_id)] == calls
             if "down" in query or "coworkers" in query:
                 assert len(rec.calls(people_down)) == 1  # the whole batch failed at once
+
+
+# -- issue 14 §1: the corners ---------------------------------------------------------------
+#
+# Each case below differed from graphql-core before issue 14 §1 was fixed.
+
+import threading  # noqa: E402
+import time  # noqa: E402
+
+CORNERS_SDL = """
+type Query { obj: Obj, other: Obj, hello: String }
+type Obj { a: Boolean!, b: String, k: String, inner: Obj }
+"""
+
+
+class _Never:
+    """Work that never finishes unless cancelled: records that it was."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.cancelled = 0
+
+    async def wait(self) -> str:
+        self.started += 1
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return "never"  # pragma: no cover
+
+
+def _raise_a(source: Any, info: Any) -> Any:
+    raise ValueError("a failed")
+
+
+async def _raise_a_async(source: Any, info: Any) -> Any:
+    raise ValueError("a failed")
+
+
+def make_bubbling(a_style: str, b_style: str, never: _Never) -> gql.GraphQLSchema:
+    schema = gql.build_schema(CORNERS_SDL)
+    resolvers: dict[str, Callable[..., Any]] = {"Query.obj": lambda root, info: {}}
+    resolvers["Obj.a"] = _raise_a_async if a_style == "async" else _raise_a
+    resolvers["Obj.inner"] = lambda source, info: {}
+    if b_style == "async":
+
+        async def b(source: Any, info: Any) -> Any:
+            return await never.wait()
+
+    else:
+
+        @batchy.task
+        async def b_task(source: Any) -> Any:
+            return await never.wait()
+
+        def b(source: Any, info: Any) -> Any:
+            return b_task(source)
+
+    resolvers["Obj.b"] = b
+    for where, fn in resolvers.items():
+        type_name, field_name = where.split(".")
+        schema.get_type(type_name).fields[field_name].resolve = fn  # type: ignore[union-attr]
+    return schema
+
+
+def _in_thread(fn: Callable[[], Any], timeout: float) -> Any:
+    # A run that never ends must fail the test, not hang it.
+    box: list[Any] = []
+    thread = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert box, f"no response within {timeout} s"
+    return box[0]
+
+
+@pytest.mark.parametrize("b_style", ["async", "task"])
+@pytest.mark.parametrize("a_style", ["sync", "async"])
+@pytest.mark.parametrize(
+    "query", ["{ obj { b a } }", "{ obj { a b } }", "{ obj { inner { b } a } }"]
+)
+def test_a_null_bubbling_up_does_not_wait_for_its_siblings(
+    query: str, a_style: str, b_style: str
+) -> None:
+    document = gql.parse(query)
+    reference_never = _Never()
+    with warnings.catch_warnings():
+        # graphql-core closes the coroutines of the fields it abandons, unawaited.
+        warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+        expected = asyncio.run(
+            asyncio.wait_for(
+                _resolved(gql.execute(make_bubbling(a_style, "async", reference_never), document)),
+                2,
+            )
+        )
+        gc.collect()
+    assert expected.data == {"obj": None}
+    never = _Never()
+    schema = make_bubbling(a_style, b_style, never)
+
+    async def run_async() -> gql.ExecutionResult:
+        return await asyncio.wait_for(bgql.execute(schema, document), 2)
+
+    started = time.monotonic()
+    for name, result in [
+        ("execute", asyncio.run(run_async())),
+        ("execute_sync", _in_thread(lambda: bgql.execute_sync(schema, document), 2)),
+    ]:
+        assert dumps(result.data) == dumps(expected.data), name
+        assert errors_of(result) == errors_of(expected), name
+    assert time.monotonic() - started < 2
+    # The abandoned work was cancelled, as graphql-core 3.3 cancels it.
+    assert never.cancelled == never.started
+
+
+def test_a_load_shared_by_a_nulled_position_and_a_live_one_completes_the_live_one() -> None:
+    @batchy.batched
+    async def shared(keys: list[str]) -> list[str]:
+        await asyncio.sleep(0.01)
+        return [f"v{key}" for key in keys]
+
+    def k_generator(source: Any, info: Any) -> Any:
+        return (yield shared("1"))
+
+    def make(style: str) -> gql.GraphQLSchema:
+        schema = gql.build_schema(CORNERS_SDL)
+        obj = schema.get_type("Obj")
+        assert isinstance(obj, gql.GraphQLObjectType) and schema.query_type is not None
+        schema.query_type.fields["obj"].resolve = lambda root, info: {}
+        schema.query_type.fields["other"].resolve = lambda root, info: {}
+        obj.fields["a"].resolve = _raise_a
+        if style == "plain":
+            obj.fields["k"].resolve = lambda source, info: "v1"
+        elif style == "future":
+            obj.fields["k"].resolve = lambda source, info: shared("1")
+        else:
+            obj.fields["k"].resolve = k_generator
+        return schema
+
+    document = gql.parse("{ obj { k a } other { k } }")
+    expected = gql.execute_sync(make("plain"), document)
+    assert expected.data == {"obj": None, "other": {"k": "v1"}}
+    for style in ("future", "generator"):
+        for name, (result, rec) in subject(make(style), document, tuple).items():
+            where = f"{name} ({style})"
+            assert dumps(result.data) == dumps(expected.data), where
+            assert errors_of(result) == errors_of(expected), where
+            assert rec.calls(shared) == [["1"]], where
+
+
+# graphql()/graphql_sync(): every option graphql-core's own takes, with a query
+# that shows it working; an option the installed line does not know is a TypeError.
+_OPTION_CASES: list[tuple[str, Any, str]] = [
+    ("no_location", True, "{ helo }"),
+    ("max_tokens", 3, "{ hello hello hello }"),
+    ("max_lexical_tokens", 3, "{ hello hello hello }"),
+    ("max_comments", 0, "# a comment\n{ hello }"),
+    ("max_source_length", 5, "{ hello }"),
+    ("rules", [], "{ helo hello }"),
+    ("max_errors", 1, "{ a b c }"),
+    ("hide_suggestions", True, "{ helo }"),
+    ("experimental_fragment_arguments", True, "{ hello }"),
+    ("abort_signal", None, "{ hello }"),
+    ("is_awaitable", None, "{ hello }"),
+    ("is_async_iterable", None, "{ hello }"),
+    ("check_sync", True, "{ hello }"),
+    ("no_such_option", 1, "{ hello }"),
+]
+
+
+@functools.cache
+def make_hello() -> gql.GraphQLSchema:
+    schema = gql.build_schema(CORNERS_SDL)
+    assert schema.query_type is not None
+    schema.query_type.fields["hello"].resolve = lambda root, info: "world"
+    return schema
+
+
+def _outcome(call: Callable[[], Any]) -> Any:
+    try:
+        result = call()
+    except TypeError as error:
+        return ("TypeError", str(error).split("()")[-1])
+    return (dumps(result.data), errors_of(result))
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["graphql_sync", "graphql"])
+@pytest.mark.parametrize(("option", "value", "query"), _OPTION_CASES)
+def test_graphql_takes_graphql_cores_options(
+    sync: bool, option: str, value: Any, query: str
+) -> None:
+    schema = make_hello()
+    kwargs = {option: value}
+    if sync:
+        expected = _outcome(lambda: gql.graphql_sync(schema, query, **kwargs))
+        got = _outcome(lambda: bgql.graphql_sync(schema, query, **kwargs))
+    else:
+        expected = _outcome(lambda: asyncio.run(gql.graphql(schema, query, **kwargs)))
+        got = _outcome(lambda: asyncio.run(bgql.graphql(schema, query, **kwargs)))
+    assert got == expected
+
+
+# A custom execution context class that overrides one of graphql-core's hooks:
+# batchy must run the override as graphql-core does.
+
+
+def _path_of(args: tuple[Any, ...]) -> Any:
+    return next(arg for arg in args if isinstance(arg, gql.pyutils.Path))
+
+
+_CORE_CLASS: Any = getattr(
+    gql.execution, "Executor" if bgql.GRAPHQL_CORE_33 else "ExecutionContext"
+)
+
+
+class _RedactingContext(_CORE_CLASS):  # type: ignore[misc,valid-type]
+    def execute_field(self, parent_type: Any, source: Any, *rest: Any) -> Any:
+        if _path_of(rest).key == "secret":
+            return "redacted"
+        return super().execute_field(parent_type, source, *rest)
+
+
+class _ShoutingContext(_CORE_CLASS):  # type: ignore[misc,valid-type]
+    def complete_value(
+        self, return_type: Any, nodes: Any, info: Any, path: Any, result: Any, *rest: Any
+    ) -> Any:
+        if isinstance(result, str):
+            result = result.upper()
+        return super().complete_value(return_type, nodes, info, path, result, *rest)
+
+
+@pytest.mark.parametrize("cls", [_RedactingContext, _ShoutingContext])
+@pytest.mark.parametrize("style", [s for s in STYLES if s not in ("plain", "async")])
+def test_hooks_of_a_custom_execution_context_are_honoured(style: str, cls: type[Any]) -> None:
+    name = "executor_class" if bgql.GRAPHQL_CORE_33 else "execution_context_class"
+    check(
+        make_fields,
+        "{ me { name secret: name age } greet }",
+        style,
+        kwargs_for=lambda s: (
+            {name: cls}
+            if s in ("plain", "async")
+            else {"execution_context_class": bgql.with_batchy(cls)}
+        ),
+    )
+
+
+def test_a_fragment_cycle_in_an_unvalidated_document_ends_like_graphql_core() -> None:
+    # graphql-core ends on a RecursionError, at a depth that depends on its stack;
+    # batchy must end too, with the same kind of error, nulling a position the same way.
+    document = gql.parse("{ me { ...F } } fragment F on User { name bestFriend { ...F } }")
+    schema = make_fields("plain")
+    expected = gql.execute_sync(schema, document)
+    ((message, _, _),) = errors_of(expected)
+    assert message.startswith("maximum recursion depth exceeded")
+    for style in ("plain", "future", "generator"):
+        schema = make_fields(style)
+        for name, result in [
+            ("execute_sync", _in_thread(lambda: bgql.execute_sync(schema, document), 10)),
+            ("execute", asyncio.run(asyncio.wait_for(bgql.execute(schema, document), 10))),
+        ]:
+            ((got_message, got_path, _),) = errors_of(result)
+            assert got_message.startswith("maximum recursion depth exceeded"), (name, style)
+            assert set(got_path[1:]) == {"bestFriend"}, (name, style)
+
+
+async def test_execute_starts_work_when_called_like_graphql_core() -> None:
+    def make(calls: list[str]) -> gql.GraphQLSchema:
+        schema = gql.build_schema(CORNERS_SDL)
+        assert schema.query_type is not None
+
+        def hello(root: Any, info: Any) -> Any:
+            calls.append("hello")
+            return unbox(Box("world"))
+
+        schema.query_type.fields["hello"].resolve = hello
+        return schema
+
+    document = gql.parse("{ hello }")
+    core_calls: list[str] = []
+    pending = gql.execute(make(core_calls), document)
+    assert core_calls == ["hello"]  # graphql-core calls the root resolvers at once
+    await _resolved(pending)
+    calls: list[str] = []
+    started = bgql.execute(make(calls), document)
+    assert calls == core_calls
+    result = await started
+    assert result.data == {"hello": "world"}

@@ -130,7 +130,7 @@ def test_entry_points_reject_a_class_not_on_batchy() -> None:
     with pytest.raises(batchy.UsageError) as info:
         bgql.graphql_sync(SCHEMA, "{ tags }", execution_context_class=base)
     message = str(info.value)
-    assert "execute_sync(execution_context_class=" in message
+    assert "graphql_sync(execution_context_class=" in message
     assert f"with_batchy({base.__name__})" in message
 
 
