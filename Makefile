@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "batchy needs Python 3.11+; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,docs,mysql,memcache,redis,graphql,bench]'
+	$(BIN)/pip install -q -e '.[dev,docs,mysql,memcache,redis,graphql,bench,postgres,asgi,fastapi,flask,django]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -155,10 +155,16 @@ class RedisBackend(Backend):
             args += [e.id, e.queue, e.payload, due, e.unique or "", max(ttl, 1), e.key or ""]
         return args
 
-    async def push(self, envelopes: Sequence[Envelope], now: float) -> list[bool]:
+    async def push(
+        self, envelopes: Sequence[Envelope], now: float, *, connection: Any = None
+    ) -> list[bool]:
+        self.no_connection(connection)
         return [bool(x) for x in await self._run("push", *self._push_args(envelopes, now))]
 
-    def push_sync(self, envelopes: Sequence[Envelope], now: float) -> list[bool]:
+    def push_sync(
+        self, envelopes: Sequence[Envelope], now: float, *, connection: Any = None
+    ) -> list[bool]:
+        self.no_connection(connection)
         if self._sync is None:
             if not isinstance(self.url, str) or not self.url.startswith(("redis", "unix")):
                 return super().push_sync(envelopes, now)

@@ -72,6 +72,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from ._errors import ConfigError
 from ._model import Claims, DeadJob, Envelope, Info, JobStatus, KeyInfo, Outcome, WorkerInfo
@@ -92,16 +93,25 @@ class Backend(abc.ABC):
     dead_max_age: float = DEAD_MAX_AGE
 
     @abc.abstractmethod
-    async def push(self, envelopes: Sequence[Envelope], now: float) -> list[bool]:
-        """Store jobs atomically; ``False`` for each one skipped by its unique key."""
+    async def push(
+        self, envelopes: Sequence[Envelope], now: float, *, connection: Any = None
+    ) -> list[bool]:
+        """Store jobs atomically; ``False`` for each one skipped by its unique key.
 
-    def push_sync(self, envelopes: Sequence[Envelope], now: float) -> list[bool]:
+        ``connection`` is the application's own connection to the store's database
+        (PostgreSQL, SQLite): the jobs are written inside its open transaction, so
+        they exist if and only if it commits. Stores without one raise ConfigError.
+        """
+
+    def push_sync(
+        self, envelopes: Sequence[Envelope], now: float, *, connection: Any = None
+    ) -> list[bool]:
         """``push`` for code without an event loop (a Flask view, a Django signal).
 
         Stores whose ``push`` never waits (memory, SQLite) get this for free: the
         coroutine is driven to its end right here. Stores that do I/O override it.
         """
-        coro = self.push(envelopes, now)
+        coro = self.push(envelopes, now, connection=connection)
         try:
             coro.send(None)
         except StopIteration as stop:
@@ -146,6 +156,16 @@ class Backend(abc.ABC):
     #: For stores, first thing in ``push``: a :class:`DelayError` if an envelope's
     #: due time or unique TTL is unusable (a push is all or nothing).
     check_envelopes = staticmethod(check_envelopes)
+
+    def no_connection(self, connection: Any) -> None:
+        """Raise :class:`ConfigError` if ``connection`` is given to a store that cannot join it."""
+        if connection is not None:
+            raise ConfigError(
+                f"{self!r} cannot enqueue inside your transaction (connection={connection!r}): "
+                "it does not share a database with it. Enqueue after your commit, or use "
+                "a PostgreSQL or SQLite job store on the database your app writes to."
+            )
+
     #: For stores, first thing in ``cycle``: each outcome no store could keep (a
     #: retry due at NaN) made a dead outcome with the reason, so it fails alone.
     screen_outcomes = staticmethod(screen_outcomes)

@@ -52,8 +52,12 @@ class Owner(Store, Protocol):
     def default_queue(self) -> str: ...
     @property
     def keep_result(self) -> float: ...
-    async def enqueue_many(self, calls: Iterable[JobCall]) -> list[Handle]: ...
-    def enqueue_many_sync(self, calls: Iterable[JobCall]) -> list[Handle]: ...
+    async def enqueue_many(
+        self, calls: Iterable[JobCall], *, connection: Any = None
+    ) -> list[Handle]: ...
+    def enqueue_many_sync(
+        self, calls: Iterable[JobCall], *, connection: Any = None
+    ) -> list[Handle]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,8 @@ class JobCall:
     id: str | None = None
     attempt: int = field(default=0)
     key: str | int | None = None
+    # The application's connection whose transaction the job joins (not stored).
+    connection: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Every enqueue builds a JobCall, so a bad delay or time stops here, before
@@ -101,12 +107,12 @@ class JobCall:
 
     async def enqueue(self) -> Handle:
         """Enqueue this call; returns its :class:`Handle`."""
-        (handle,) = await self.job.queue.enqueue_many([self])
+        (handle,) = await self.job.queue.enqueue_many([self], connection=self.connection)
         return handle
 
     def enqueue_sync(self) -> Handle:
         """Enqueue this call from code without an event loop."""
-        (handle,) = self.job.queue.enqueue_many_sync([self])
+        (handle,) = self.job.queue.enqueue_many_sync([self], connection=self.connection)
         return handle
 
 
@@ -307,6 +313,7 @@ class JobType(Generic[P, T]):
         queue: str | None = None,
         id: str | None = None,
         key: str | int | None = None,
+        connection: Any = None,
     ) -> _Options[P]:
         """Enqueue options for one call: ``await job.options(delay=60).enqueue(x)``.
 
@@ -314,6 +321,8 @@ class JobType(Generic[P, T]):
         ``datetime``; a bad one raises :class:`DelayError`. ``retries`` overrides the job
         type's; ``queue`` sends it to another queue; ``id`` sets the job id; ``key``
         orders it after every job already enqueued with the same key (and group).
+        ``connection`` (PostgreSQL and SQLite stores) writes the job inside that
+        connection's open transaction: it exists, and runs, only if that commits.
         """
         if delay is not None and at is not None:
             raise JobDefinitionError(
@@ -331,4 +340,7 @@ class JobType(Generic[P, T]):
             raise JobDefinitionError(f"job {self.name!r}: retries={retries!r} must be an int >= 0")
         if queue is not None:
             check_queue_name(queue, f"job {self.name!r}")
-        return _Options(self, JobCall(self, (), {}, delay, at, retries, queue, id, key=key))
+        return _Options(
+            self,
+            JobCall(self, (), {}, delay, at, retries, queue, id, key=key, connection=connection),
+        )

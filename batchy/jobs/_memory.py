@@ -14,6 +14,7 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from . import _clock
 from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
@@ -84,7 +85,10 @@ class MemoryBackend(Backend):
         woken, self._woken = self._woken, set()
         self._wakeups.signal(woken)
 
-    async def push(self, envelopes: Sequence[Envelope], now: float) -> list[bool]:
+    async def push(
+        self, envelopes: Sequence[Envelope], now: float, *, connection: Any = None
+    ) -> list[bool]:
+        self.no_connection(connection)
         self.check_envelopes(envelopes)
         sent, now = now, _clock.store_now()
         pushed = []

@@ -211,20 +211,35 @@ class Queue:
 
     # -- enqueuing -------------------------------------------------------------------
 
-    async def enqueue_many(self, calls: Iterable[JobCall]) -> list[Handle]:
-        """Enqueue many jobs in one round trip; all or none (a bad argument enqueues nothing)."""
+    async def enqueue_many(
+        self, calls: Iterable[JobCall], *, connection: Any = None
+    ) -> list[Handle]:
+        """Enqueue many jobs in one round trip; all or none (a bad argument enqueues nothing).
+
+        ``connection``: your own connection to the store's database (a psycopg
+        connection for PostgreSQL, a ``sqlite3`` one on the same file): the jobs
+        are written in its open transaction and exist only if it commits.
+        """
         now = _clock.now()
         envelopes = [self._envelope(call, now) for call in calls]
         if envelopes:
-            await self.backend.push(envelopes, now)
+            if connection is None:  # stores of older code may not take the keyword
+                await self.backend.push(envelopes, now)
+            else:
+                await self.backend.push(envelopes, now, connection=connection)
         return [Handle(self, e.id, e.queue) for e in envelopes]
 
-    def enqueue_many_sync(self, calls: Iterable[JobCall]) -> list[Handle]:
+    def enqueue_many_sync(
+        self, calls: Iterable[JobCall], *, connection: Any = None
+    ) -> list[Handle]:
         """:meth:`enqueue_many` for code without an event loop (web views, scripts)."""
         now = _clock.now()
         envelopes = [self._envelope(call, now) for call in calls]
         if envelopes:
-            self.backend.push_sync(envelopes, now)
+            if connection is None:
+                self.backend.push_sync(envelopes, now)
+            else:
+                self.backend.push_sync(envelopes, now, connection=connection)
         return [Handle(self, e.id, e.queue) for e in envelopes]
 
     def _envelope(self, call: JobCall, now: float) -> Envelope:

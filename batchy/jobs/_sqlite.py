@@ -37,6 +37,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import _clock
 from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
@@ -53,7 +54,7 @@ from ._model import (
     WorkerInfo,
 )
 from ._sqlite_read import read_info, read_status
-from ._sqlite_tx import BLOCKED, RUNNING, WAITING
+from ._sqlite_tx import BLOCKED, RUNNING, WAITING, check_app_connection
 from ._sqlite_tx import Transaction as _Transaction
 from ._sqlite_tx import chunks as _chunks
 from ._sqlite_tx import create_schema as _create_schema
@@ -111,36 +112,47 @@ class SQLiteBackend(Backend):
 
     # -- writing ---------------------------------------------------------------------
 
-    async def push(self, envelopes: Sequence[Envelope], now: float) -> list[bool]:
+    async def push(
+        self, envelopes: Sequence[Envelope], now: float, *, connection: Any = None
+    ) -> list[bool]:
         self.check_envelopes(envelopes)
         sent, now = now, _clock.store_now()
-        db = self._db
-        pushed: list[bool] = []
-        with self._tx():
-            for env in envelopes:
-                if env.unique is not None:
-                    db.execute(
-                        "DELETE FROM uniques WHERE key = ? AND expires <= ?", (env.unique, now)
-                    )
-                    cur = db.execute(
-                        "INSERT OR IGNORE INTO uniques (key, expires) VALUES (?, ?)",
-                        (env.unique, now + env.unique_ttl),
-                    )
-                    if cur.rowcount == 0:
-                        pushed.append(False)
-                        continue
-                due = _clock.on_store(env.due, sent, now)
-                cur = db.execute(
-                    "INSERT OR IGNORE INTO jobs (id, queue, payload, due, okey, state) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (env.id, env.queue, env.payload, due, env.key, self._entry_state(env.key)),
-                )
-                pushed.append(cur.rowcount == 1)
-            db.executemany(
-                "INSERT OR IGNORE INTO queues (name) VALUES (?)",
-                {(e.queue,) for e in envelopes},
-            )
+        if connection is not None:
+            # The application's own connection, in its open transaction: the jobs
+            # exist if and only if it commits. Nobody can ring after that commit,
+            # so a worker may see them only at its next poll_interval.
+            check_app_connection(self, self.path, connection)
+            pushed = self._insert(connection, envelopes, sent, now)
+        else:
+            with self._tx():
+                pushed = self._insert(self._db, envelopes, sent, now)
         self._wakeups.signal({e.queue for e, ok in zip(envelopes, pushed, strict=True) if ok})
+        return pushed
+
+    def _insert(
+        self, db: sqlite3.Connection, envelopes: Sequence[Envelope], sent: float, now: float
+    ) -> list[bool]:
+        pushed: list[bool] = []
+        for env in envelopes:
+            if env.unique is not None:
+                db.execute("DELETE FROM uniques WHERE key = ? AND expires <= ?", (env.unique, now))
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO uniques (key, expires) VALUES (?, ?)",
+                    (env.unique, now + env.unique_ttl),
+                )
+                if cur.rowcount == 0:
+                    pushed.append(False)
+                    continue
+            due = _clock.on_store(env.due, sent, now)
+            cur = db.execute(
+                "INSERT OR IGNORE INTO jobs (id, queue, payload, due, okey, state) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (env.id, env.queue, env.payload, due, env.key, self._entry_state(env.key, db)),
+            )
+            pushed.append(cur.rowcount == 1)
+        db.executemany(
+            "INSERT OR IGNORE INTO queues (name) VALUES (?)", {(e.queue,) for e in envelopes}
+        )
         return pushed
 
     async def cycle(
@@ -191,11 +203,12 @@ class SQLiteBackend(Backend):
     async def wait_for_work(self, worker: str, queues: Sequence[str], timeout: float) -> None:
         await self._wakeups.wait_for_work(queues, timeout)
 
-    def _entry_state(self, key: str | None) -> int:
+    def _entry_state(self, key: str | None, db: sqlite3.Connection | None = None) -> int:
         """A new row's state: blocked when its key already has a job (the head)."""
         if key is None:
             return WAITING
-        busy = self._db.execute("SELECT 1 FROM jobs WHERE okey = ? LIMIT 1", (key,)).fetchone()
+        db = self._db if db is None else db
+        busy = db.execute("SELECT 1 FROM jobs WHERE okey = ? LIMIT 1", (key,)).fetchone()
         return WAITING if busy is None else BLOCKED
 
     def _advance(self, keys: Iterable[str | None]) -> None:

@@ -1,13 +1,25 @@
-"""SQLite plumbing for the store: its schema, one atomic transaction, id lists cut to size."""
+"""SQLite plumbing for the store: schema, transactions, id lists cut to size, app connections."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["BLOCKED", "RUNNING", "WAITING", "Transaction", "chunks", "create_schema", "pairs"]
+from ._errors import ConfigError
+
+__all__ = [
+    "BLOCKED",
+    "RUNNING",
+    "WAITING",
+    "Transaction",
+    "check_app_connection",
+    "chunks",
+    "create_schema",
+    "pairs",
+]
 
 # The ``state`` column of ``jobs``.
 WAITING = 0
@@ -97,3 +109,21 @@ class Transaction:
             self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
         finally:
             self.lock.release()
+
+
+def check_app_connection(store: object, path: str, connection: Any) -> None:
+    """Raise :class:`ConfigError` unless ``connection`` is a sqlite3 connection on ``path``."""
+    if not isinstance(connection, sqlite3.Connection):
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} is not a sqlite3.Connection; pass the "
+            "connection your transaction runs on"
+        )
+    files = [row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"]
+    mine = os.path.realpath(path) if path not in ("", ":memory:") else None
+    theirs = os.path.realpath(files[0]) if files and files[0] else None
+    if mine is None or theirs != mine:
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} is open on {theirs or 'a memory database'}"
+            f", not on this store's file {path}; a transaction can only include jobs "
+            "of the file it writes to"
+        )

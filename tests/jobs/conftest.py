@@ -1,23 +1,64 @@
-"""Fixtures of the job tests: one ``backend`` fixture run on memory, SQLite and Redis (db 11)."""
+"""Fixtures of the job tests: one ``backend`` fixture run on memory, SQLite, Redis (db 11), PostgreSQL."""
 
 from __future__ import annotations
 
+import os
+import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from batchy.jobs import Backend, MemoryBackend, Queue, SQLiteBackend, Worker
 
 REDIS_DB = 11
+#: The PostgreSQL database of the tests; each test gets a schema of its own in it.
+POSTGRES_DSN = os.environ.get("BATCHY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+def _postgres_reachable() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5432), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def postgres_dsn() -> str:
+    """The test database's DSN; under CI=true a missing server fails, else the test skips."""
+    if "127.0.0.1:5432" in POSTGRES_DSN and not _postgres_reachable():
+        message = "postgres is not reachable on 127.0.0.1:5432"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{message}; CI needs every server (run `make services`)")
+        pytest.skip(message)
+    return POSTGRES_DSN
+
+
+@pytest.fixture
+def postgres_schema(postgres_dsn: str) -> Iterator[str]:
+    """A fresh schema name (``batchy_test_<hex>``), dropped with everything in it after the test."""
+    schema = f"batchy_test_{uuid.uuid4().hex[:12]}"
+    yield schema
+    import psycopg
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 async def backend(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Backend]:
     if request.param == "memory":
         store: Backend = MemoryBackend()
     elif request.param == "sqlite":
         store = SQLiteBackend(tmp_path / "jobs.db")
+    elif request.param == "postgres":
+        from batchy_contrib.postgres_jobs import PostgresBackend
+
+        store = PostgresBackend(
+            request.getfixturevalue("postgres_dsn"),
+            schema=request.getfixturevalue("postgres_schema"),
+        )
     else:
         host, port = request.getfixturevalue("redis_server")
         from batchy_contrib.redis_jobs import RedisBackend

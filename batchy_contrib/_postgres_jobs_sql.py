@@ -1,0 +1,314 @@
+"""The PostgreSQL job store's schema: its tables and the functions every step runs in one call.
+
+Each step of the store (push, cycle, heartbeat, retry of dead jobs) is one
+PL/pgSQL function, so a step is one round trip and one transaction, like a Lua
+script in the Redis store. Every time they compare or store is the server's
+(``clock()``: ``clock_timestamp()`` as Unix seconds); a time a worker hands in
+arrives as an offset from the moment it was sent.
+
+``{s}`` is the quoted schema, ``{chan}`` the NOTIFY channel (a string literal)
+and ``{space}`` the advisory lock space of the schema's ordering keys.
+
+Versions: :data:`VERSION` is the schema this release writes. A later release
+that changes it appends to :data:`MIGRATIONS` the statements that take a schema
+from the version before to its own; the table ``{s}.version`` says where a
+database is.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
+
+#: The schema version this release creates and expects.
+VERSION = 1
+
+# The jobs table is a queue: rows are inserted, updated twice and deleted within
+# seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
+# dead rows pile up under a steady load and slow every claim's index scan, so
+# the tables that churn vacuum after 1% (or 1000 rows) and without throttling.
+_CHURN = (
+    "WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, "
+    "autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0)"
+)
+
+#: Version 1: tables, indexes and the step functions.
+SCHEMA = f"""
+CREATE TABLE {{s}}.jobs (
+    seq bigint GENERATED ALWAYS AS IDENTITY,  -- push order, for ordering keys
+    id text PRIMARY KEY,
+    queue text NOT NULL,
+    payload text NOT NULL,
+    state smallint NOT NULL DEFAULT 0,  -- 0 waiting, 1 running, 2 behind its key's head
+    due float8 NOT NULL,
+    retrying boolean NOT NULL DEFAULT false,
+    owner text,
+    lease float8,
+    token text,
+    okey text
+) {_CHURN};
+CREATE INDEX jobs_ready ON {{s}}.jobs (queue, due, seq) WHERE state = 0;
+CREATE INDEX jobs_lease ON {{s}}.jobs (lease) WHERE state = 1;
+CREATE INDEX jobs_okey ON {{s}}.jobs (okey, seq) WHERE okey IS NOT NULL;
+CREATE TABLE {{s}}.results (id text PRIMARY KEY, result text, expires float8 NOT NULL) {_CHURN};
+CREATE INDEX results_expires ON {{s}}.results (expires);
+CREATE TABLE {{s}}.dead (
+    id text PRIMARY KEY, queue text NOT NULL, payload text NOT NULL, reason text NOT NULL,
+    traceback text NOT NULL, died float8 NOT NULL, okey text
+);
+CREATE INDEX dead_died ON {{s}}.dead (died);
+CREATE TABLE {{s}}.uniques (key text PRIMARY KEY, expires float8 NOT NULL) {_CHURN};
+CREATE INDEX uniques_expires ON {{s}}.uniques (expires);
+CREATE TABLE {{s}}.workers (id text PRIMARY KEY, info text NOT NULL, expires float8 NOT NULL);
+CREATE TABLE {{s}}.queues (name text PRIMARY KEY);
+
+-- The store's clock: the only one that decides leases and due times.
+CREATE FUNCTION {{s}}.clock() RETURNS float8 LANGUAGE sql VOLATILE
+AS $$ SELECT extract(epoch FROM clock_timestamp())::float8 $$;
+
+-- Ordering keys change heads under a per-key lock taken before any read of the
+-- key, in sorted order (no deadlocks): a push that sees the head (and waits
+-- behind it) and the cycle that removes the head never pass each other.
+CREATE FUNCTION {{s}}.lock_keys(p_keys text[]) RETURNS void LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE k text;
+BEGIN
+  FOR k IN SELECT DISTINCT x FROM unnest(p_keys) x WHERE x IS NOT NULL ORDER BY x LOOP
+    PERFORM pg_advisory_xact_lock({{space}}, hashtext(k));
+  END LOOP;
+END $$;
+
+-- Wake-ups: '1<queue>' jobs are ready, 'd<queue>' a new due time was set.
+CREATE FUNCTION {{s}}.wake(p_queue text, p_due boolean) RETURNS void LANGUAGE sql AS $$
+  SELECT pg_notify({{chan}}, CASE WHEN p_due THEN 'd' ELSE '1' END || p_queue)
+$$;
+
+-- A key's head left: its oldest remaining job becomes claimable (and wakes its queue).
+CREATE FUNCTION {{s}}.advance(p_keys text[], t float8) RETURNS void LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE r record;
+BEGIN
+  FOR r IN UPDATE {{s}}.jobs j SET state = 0
+      FROM (SELECT okey, min(seq) AS seq FROM {{s}}.jobs
+            WHERE okey = ANY(p_keys) GROUP BY okey) h
+      WHERE j.okey = h.okey AND j.seq = h.seq AND j.state = 2
+      RETURNING j.queue, j.due LOOP
+    PERFORM {{s}}.wake(r.queue, r.due > t);
+  END LOOP;
+END $$;
+
+CREATE FUNCTION {{s}}.push(
+  p_ids text[], p_queues text[], p_payloads text[], p_offsets float8[], p_uniques text[],
+  p_ttls float8[], p_keys text[]
+) RETURNS boolean[] LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  t float8 := {{s}}.clock();
+  pushed boolean[] := ARRAY[]::boolean[];
+  ok boolean;
+  st smallint;
+  at float8;
+BEGIN
+  PERFORM {{s}}.lock_keys(p_keys);
+  FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
+    ok := true;
+    IF p_uniques[i] IS NOT NULL THEN
+      INSERT INTO {{s}}.uniques AS u (key, expires) VALUES (p_uniques[i], t + p_ttls[i])
+        ON CONFLICT (key) DO UPDATE SET expires = excluded.expires WHERE u.expires <= t;
+      ok := FOUND;
+    END IF;
+    IF ok THEN
+      at := t + coalesce(p_offsets[i], 0);
+      st := 0;
+      IF p_keys[i] IS NOT NULL AND EXISTS (SELECT 1 FROM {{s}}.jobs WHERE okey = p_keys[i]) THEN
+        st := 2;
+      END IF;
+      INSERT INTO {{s}}.jobs (id, queue, payload, due, okey, state)
+        VALUES (p_ids[i], p_queues[i], p_payloads[i], at, p_keys[i], st)
+        ON CONFLICT (id) DO NOTHING;
+      ok := FOUND;
+      IF ok AND st = 0 THEN
+        PERFORM {{s}}.wake(p_queues[i], at > t);  -- sent on commit, folded per queue
+      END IF;
+    END IF;
+    pushed := pushed || ok;
+  END LOOP;
+  INSERT INTO {{s}}.queues SELECT DISTINCT q FROM unnest(p_queues) q ON CONFLICT DO NOTHING;
+  RETURN pushed;
+END $$;
+
+-- Outcomes in, claims out: rows ('c', id, queue, payload, token) for claims and
+-- ('r', id) for refused outcomes. Only rows whose token still holds are touched.
+CREATE FUNCTION {{s}}.cycle(
+  o_kinds text[], o_ids text[], o_tokens text[], o_queues text[], o_payloads text[],
+  o_offsets float8[], o_results text[], o_keeps float8[], o_reasons text[], o_tracebacks text[],
+  p_queues text[], p_limit int, p_worker text, p_lease float8,
+  p_dead_max int, p_dead_age float8, p_prune int
+) RETURNS TABLE (kind text, id text, queue text, payload text, token text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  t float8 := {{s}}.clock();
+  applied text[];
+  gone text[];
+  buried int;
+  tok text;
+  got int := 0;
+  n int;
+  q text;
+  woke text[];
+  r record;
+BEGIN
+  IF coalesce(array_length(o_ids, 1), 0) > 0 THEN
+    -- Keys of the jobs that may leave, locked before they leave (see lock_keys).
+    PERFORM {{s}}.lock_keys(ARRAY(
+      SELECT j.okey FROM {{s}}.jobs j WHERE j.id = ANY(o_ids) AND j.okey IS NOT NULL));
+    WITH o AS (SELECT * FROM unnest(o_kinds, o_ids, o_tokens, o_queues, o_payloads, o_offsets,
+                                    o_results, o_keeps, o_reasons, o_tracebacks)
+               AS o(kind, id, token, queue, payload, off, result, keep, reason, tb)),
+    done AS (
+      DELETE FROM {{s}}.jobs j USING o
+      WHERE o.kind = 'done' AND j.id = o.id AND j.token = o.token AND j.state = 1
+      RETURNING j.id, j.okey, o.result, o.keep),
+    kept AS (
+      INSERT INTO {{s}}.results SELECT d.id, d.result, t + d.keep FROM done d WHERE d.keep > 0
+      ON CONFLICT (id) DO UPDATE SET result = excluded.result, expires = excluded.expires),
+    died AS (
+      DELETE FROM {{s}}.jobs j USING o
+      WHERE o.kind = 'dead' AND j.id = o.id AND j.token = o.token AND j.state = 1
+      RETURNING j.id, j.okey, coalesce(nullif(o.queue, ''), j.queue) AS queue,
+                coalesce(o.payload, '') AS payload, o.reason, o.tb),
+    grave AS (
+      INSERT INTO {{s}}.dead SELECT d.id, d.queue, d.payload, d.reason, d.tb, t, d.okey
+      FROM died d
+      ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, payload = excluded.payload,
+        reason = excluded.reason, traceback = excluded.traceback, died = t,
+        okey = excluded.okey),
+    again AS (
+      UPDATE {{s}}.jobs j SET state = 0, owner = NULL, lease = NULL, token = NULL,
+        retrying = (o.kind = 'retry'),
+        payload = CASE WHEN o.kind = 'retry' THEN o.payload ELSE j.payload END,
+        due = CASE WHEN o.kind = 'retry' THEN t + o.off ELSE j.due END
+      FROM o
+      WHERE o.kind IN ('retry', 'release') AND j.id = o.id AND j.token = o.token
+        AND j.state = 1
+      RETURNING j.id, j.queue, o.kind)
+    SELECT
+      ARRAY(SELECT x.id FROM done x UNION ALL SELECT x.id FROM died x
+            UNION ALL SELECT x.id FROM again x),
+      ARRAY(SELECT x.okey FROM done x WHERE x.okey IS NOT NULL
+            UNION ALL SELECT x.okey FROM died x WHERE x.okey IS NOT NULL),
+      (SELECT count(*) FROM died),
+      ARRAY(SELECT DISTINCT x.queue FROM again x)
+    INTO applied, gone, buried, woke;
+    -- A retry sets a new due time and a release makes a job ready: wake its queue.
+    FOREACH q IN ARRAY woke LOOP PERFORM {{s}}.wake(q, true); END LOOP;
+    RETURN QUERY SELECT 'r'::text, x, NULL::text, NULL::text, NULL::text FROM unnest(o_ids) x
+      WHERE NOT x = ANY(applied);
+    IF buried > 0 THEN
+      DELETE FROM {{s}}.dead WHERE died < t - p_dead_age;
+      DELETE FROM {{s}}.dead d WHERE d.id IN (
+        SELECT x.id FROM {{s}}.dead x ORDER BY x.died DESC OFFSET p_dead_max);
+    END IF;
+    IF array_length(gone, 1) > 0 THEN PERFORM {{s}}.advance(gone, t); END IF;
+  END IF;
+  -- An expired lease means its worker died or stalled: give the job back, once
+  -- (SKIP LOCKED: two cycles never wait on each other for the same rows).
+  FOR r IN UPDATE {{s}}.jobs j SET state = 0, owner = NULL, lease = NULL, token = NULL
+      WHERE j.id IN (SELECT x.id FROM {{s}}.jobs x WHERE x.state = 1 AND x.lease < t
+                     ORDER BY x.lease LIMIT 1000 FOR UPDATE SKIP LOCKED)
+        AND j.state = 1 AND j.lease < t
+      RETURNING j.queue LOOP
+    PERFORM {{s}}.wake(r.queue, false);
+  END LOOP;
+  -- One fresh token per cycle: a job's next claim is always another cycle's.
+  tok := md5(random()::text || clock_timestamp()::text || p_worker);
+  FOREACH q IN ARRAY p_queues LOOP
+    EXIT WHEN got >= p_limit;
+    RETURN QUERY
+      WITH c AS (
+        UPDATE {{s}}.jobs j SET state = 1, owner = p_worker, lease = t + p_lease,
+          retrying = false, token = tok
+        WHERE j.id IN (SELECT x.id FROM {{s}}.jobs x
+                       WHERE x.queue = q AND x.state = 0 AND x.due <= t
+                       ORDER BY x.due, x.seq LIMIT p_limit - got FOR UPDATE SKIP LOCKED)
+        RETURNING j.id, j.queue, j.payload, j.due, j.seq)
+      SELECT 'c'::text, c.id, c.queue, c.payload, tok FROM c ORDER BY c.due, c.seq;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    got := got + n;
+  END LOOP;
+  -- Full: ready jobs may be left that this worker had no room for; pass the wake-up on.
+  IF got >= p_limit THEN
+    FOREACH q IN ARRAY p_queues LOOP
+      IF EXISTS (SELECT 1 FROM {{s}}.jobs x WHERE x.queue = q AND x.state = 0 AND x.due <= t)
+      THEN PERFORM {{s}}.wake(q, false);
+      END IF;
+    END LOOP;
+  END IF;
+  IF p_prune > 0 THEN
+    -- Expired rows go in batches: no cycle ever holds a long delete.
+    DELETE FROM {{s}}.results x WHERE x.ctid = ANY(ARRAY(
+      SELECT y.ctid FROM {{s}}.results y WHERE y.expires < t LIMIT p_prune));
+    DELETE FROM {{s}}.uniques x WHERE x.ctid = ANY(ARRAY(
+      SELECT y.ctid FROM {{s}}.uniques y WHERE y.expires < t LIMIT p_prune));
+    DELETE FROM {{s}}.workers x WHERE x.expires < t;
+  END IF;
+END $$;
+
+-- Renew the leases still held; return the ids that were not.
+CREATE FUNCTION {{s}}.heartbeat(
+  p_worker text, p_info text, p_lease float8, p_ids text[], p_tokens text[]
+) RETURNS SETOF text LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  t float8 := {{s}}.clock();
+  renewed text[];
+BEGIN
+  WITH h AS (
+    UPDATE {{s}}.jobs j SET lease = t + p_lease
+    FROM unnest(p_ids, p_tokens) AS h(id, token)
+    WHERE j.id = h.id AND j.token = h.token AND j.state = 1 RETURNING j.id)
+  SELECT ARRAY(SELECT h.id FROM h) INTO renewed;
+  INSERT INTO {{s}}.workers VALUES (p_worker, p_info, t + p_lease)
+    ON CONFLICT (id) DO UPDATE SET info = excluded.info, expires = excluded.expires;
+  RETURN QUERY SELECT x FROM unnest(p_ids) x WHERE NOT x = ANY(renewed);
+END $$;
+
+-- Seconds until the first delayed or retry job of p_queues falls due, or the
+-- first lease runs out (its job comes back, and nobody rings for that).
+CREATE FUNCTION {{s}}.next_due(p_queues text[]) RETURNS float8 LANGUAGE sql AS $$
+  SELECT least(
+    (SELECT min(d.due) FROM unnest(p_queues) q, LATERAL (
+       SELECT x.due FROM {{s}}.jobs x WHERE x.queue = q AND x.state = 0
+       ORDER BY x.due LIMIT 1) d),
+    (SELECT min(x.lease) FROM {{s}}.jobs x WHERE x.state = 1)) - {{s}}.clock()
+$$;
+
+-- Dead jobs back on their queues (all when p_ids is NULL); how many moved.
+CREATE FUNCTION {{s}}.retry_dead(p_ids text[]) RETURNS int LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  t float8 := {{s}}.clock();
+  r record;
+  n int := 0;
+  st smallint;
+BEGIN
+  PERFORM {{s}}.lock_keys(ARRAY(SELECT d.okey FROM {{s}}.dead d
+                                WHERE p_ids IS NULL OR d.id = ANY(p_ids)));
+  FOR r IN DELETE FROM {{s}}.dead d WHERE p_ids IS NULL OR d.id = ANY(p_ids)
+           RETURNING d.id, d.queue, d.payload, d.okey LOOP
+    st := 0;
+    IF r.okey IS NOT NULL AND EXISTS (SELECT 1 FROM {{s}}.jobs WHERE okey = r.okey) THEN
+      st := 2;
+    END IF;
+    INSERT INTO {{s}}.jobs (id, queue, payload, due, okey, state)
+      VALUES (r.id, r.queue, r.payload, t, r.okey, st) ON CONFLICT (id) DO NOTHING;
+    INSERT INTO {{s}}.queues VALUES (r.queue) ON CONFLICT DO NOTHING;
+    IF st = 0 THEN PERFORM {{s}}.wake(r.queue, false); END IF;
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END $$;
+"""
+
+#: ``MIGRATIONS[v]`` takes a schema from version ``v`` to ``v + 1`` (none yet).
+MIGRATIONS: dict[int, str] = {}

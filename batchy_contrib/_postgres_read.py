@@ -1,0 +1,114 @@
+"""Reading the PostgreSQL job store for people: where a job is, ``batchy info``'s counts, the keys.
+
+Nothing here changes a job; each function runs on a connection the store lends it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from batchy.jobs import Info, JobStatus, KeyInfo, QueueInfo, WorkerInfo
+
+from ._postgres_schema import Names
+
+__all__ = ["info", "keys", "status"]
+
+Conn = psycopg.AsyncConnection[Any]
+
+
+async def _all(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    rows: list[Any] = await (await conn.execute(query, params)).fetchall()
+    return rows
+
+
+async def keys(conn: Conn, names: Names, now: float) -> list[KeyInfo]:
+    """Every ordering key with jobs, its head's state on the caller's clock (an operator's view)."""
+    rows = await _all(
+        conn,
+        names.sql(
+            "WITH c AS (SELECT {s}.clock() AS t) "
+            "SELECT k.okey, k.n, j.id, j.queue, j.state, j.due, j.retrying, j.lease, c.t "
+            "FROM c, (SELECT okey, count(*) AS n, min(seq) AS head FROM {s}.jobs "
+            "WHERE okey IS NOT NULL GROUP BY okey) AS k "
+            "JOIN {s}.jobs AS j ON j.okey = k.okey AND j.seq = k.head ORDER BY k.okey"
+        ),
+    )
+    found = []
+    for key, n, head, queue, state, due, retrying, lease, store_now in rows:
+        shift = now - store_now  # the store's times are reported on the caller's clock
+        found.append(
+            KeyInfo.of_head(
+                key,
+                queue,
+                n,
+                head,
+                running=state == 1,
+                lease=(lease or 0.0) + shift,
+                due=due + shift,
+                retrying=retrying,
+                now=now,
+            )
+        )
+    return found
+
+
+async def status(conn: Conn, names: Names, job_id: str) -> JobStatus:
+    """Where the job is now, with its result when kept."""
+    rows = await _all(
+        conn,
+        names.sql(
+            "SELECT 1, 'job', state::text, due > {s}.clock(), retrying FROM {s}.jobs "
+            "WHERE id = %s UNION ALL SELECT 2, 'dead', reason, NULL, NULL FROM {s}.dead "
+            "WHERE id = %s UNION ALL SELECT 3, 'done', result, NULL, NULL "
+            "FROM {s}.results WHERE id = %s AND expires >= {s}.clock() ORDER BY 1"
+        ),
+        (job_id, job_id, job_id),
+    )
+    if not rows:
+        return JobStatus(job_id, "unknown")
+    _, where, value, later, retrying = rows[0]
+    if where == "dead":
+        return JobStatus(job_id, "dead", reason=value)
+    if where == "done":
+        return JobStatus(job_id, "done", result=value)
+    if value == "1":
+        return JobStatus(job_id, "running")
+    if later:
+        return JobStatus(job_id, "retrying" if retrying else "scheduled")
+    return JobStatus(job_id, "queued")
+
+
+async def info(conn: Conn, names: Names) -> Info:
+    """Counts per queue, the dead set's size and the live workers."""
+    s = names.sql
+    queues = await (
+        await conn.execute(
+            s(
+                "WITH c AS (SELECT {s}.clock() AS t) SELECT q.name, "
+                "count(j.id) FILTER (WHERE j.state = 0 AND j.due <= c.t), "
+                "c.t - min(j.due) FILTER (WHERE j.state = 0 AND j.due <= c.t), "
+                "count(j.id) FILTER (WHERE j.state = 1), "
+                "count(j.id) FILTER (WHERE j.state = 0 AND j.due > c.t "
+                "AND NOT j.retrying), "
+                "count(j.id) FILTER (WHERE j.state = 0 AND j.due > c.t AND j.retrying) "
+                "FROM c, {s}.queues q LEFT JOIN {s}.jobs j ON j.queue = q.name "
+                "GROUP BY q.name, c.t ORDER BY q.name"
+            )
+        )
+    ).fetchall()
+    dead = await (await conn.execute(s("SELECT count(*) FROM {s}.dead"))).fetchone()
+    workers = await (
+        await conn.execute(
+            s("SELECT info FROM {s}.workers WHERE expires >= {s}.clock() ORDER BY id")
+        )
+    ).fetchall()
+    return Info(
+        tuple(
+            QueueInfo(name, size, max(0.0, age or 0.0), running, scheduled, retrying)
+            for name, size, age, running, scheduled, retrying in queues
+        ),
+        dead[0] if dead else 0,
+        tuple(WorkerInfo.from_json(w[0]) for w in workers),
+    )

@@ -1,0 +1,409 @@
+"""The PostgreSQL store of :mod:`batchy.jobs`: workers on many machines, a step one function call.
+
+Tables live in a schema of their own (``schema=``, default ``batchy``), created
+on first use and versioned (:mod:`batchy_contrib._postgres_schema`); the SQL is
+in :mod:`batchy_contrib._postgres_jobs_sql`. A job is a row of ``jobs``: waiting
+(``state 0``, claimable once ``due`` has passed), running (``state 1``, with an
+``owner``, a ``lease`` expiry and a lease ``token``) or waiting behind the head
+of its ordering key (``state 2``). A claim never deletes a row, so a worker that
+dies leaves its jobs running until their lease runs out, and the next ``cycle``
+of any worker gives them back.
+
+Each step is one call of a PL/pgSQL function, so one round trip and one
+transaction: ``cycle`` applies the outcomes whose token still holds (all the
+``done`` ones in one ``DELETE``), gives back expired leases, and claims with
+``FOR UPDATE SKIP LOCKED`` (concurrent workers skip each other's rows instead
+of waiting for them, and never claim a row twice). Every time is the server's
+``clock_timestamp()``; the caller's ``now`` only turns due times into offsets.
+
+Wake-ups are ``LISTEN``/``NOTIFY`` (:mod:`batchy_contrib._postgres_listen`): a
+push notifies on commit, an idle worker waits on its process's one listening
+connection, and also for the next due time or lease expiry of its queues.
+
+Transactional enqueue: :meth:`PostgresBackend.push` with ``connection=`` (an
+application's psycopg connection) writes the jobs in that connection's open
+transaction: a rollback leaves no job; a commit sends the wake-up, and the
+worker then sees every row the transaction wrote.
+
+::
+
+    from batchy_contrib.postgres_jobs import PostgresBackend
+    queue = batchy.jobs.Queue(PostgresBackend("postgresql://app@db/app"))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from batchy.jobs import (
+    DEAD_MAX,
+    DEAD_MAX_AGE,
+    Backend,
+    Claimed,
+    Claims,
+    DeadJob,
+    Envelope,
+    Info,
+    JobStatus,
+    KeyInfo,
+    Outcome,
+    WorkerInfo,
+)
+
+from . import _postgres_read as _read
+from ._postgres_listen import Listener
+from ._postgres_schema import Names, SchemaVersionError, ensure_async, ensure_sync
+
+__all__ = ["PostgresBackend", "SchemaVersionError"]
+
+_PUSH = (
+    "SELECT {s}.push(%s::text[], %s::text[], %s::text[], %s::float8[], %s::text[], "
+    "%s::float8[], %s::text[])"
+)
+_CYCLE = (
+    "SELECT * FROM {s}.cycle(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
+    "%s::float8[], %s::text[], %s::float8[], %s::text[], %s::text[], %s::text[], %s, %s, "
+    "%s, %s, %s, %s)"
+)
+
+# A cycle that changes no job: one release outcome for an id no job can have.
+_WARM: tuple[object, ...] = (["release"], ["\x01warm-up"], [""], [""], [None], [0.0], [None])
+_WARM += ([0.0], [""], [""], [], 0, "", 0.0, DEAD_MAX, DEAD_MAX_AGE, 0)
+
+
+class PostgresBackend(Backend):
+    """Jobs in PostgreSQL (psycopg 3, a connection pool); any number of workers on any machines.
+
+    ``dsn`` is a libpq connection string or URL. ``schema`` holds the store's
+    tables (one per app or environment). ``prune_batch`` caps the expired
+    results and unique keys one cycle deletes (at most every ``prune_every``
+    seconds per process): finished work leaves in small batches, never one
+    long delete.
+    """
+
+    def __init__(
+        self,
+        dsn: str = "postgresql://localhost/postgres",
+        *,
+        schema: str = "batchy",
+        pool_size: int = 10,
+        dead_max: int = DEAD_MAX,
+        dead_max_age: float = DEAD_MAX_AGE,
+        prune_batch: int = 1000,
+        prune_every: float = 5.0,
+    ) -> None:
+        self.names = Names(schema)
+        self.dsn = dsn
+        self.schema = schema
+        self.pool_size = pool_size
+        self.dead_max = dead_max
+        self.dead_max_age = dead_max_age
+        self.prune_batch = prune_batch
+        self.prune_every = prune_every
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None
+        self._listener: Listener | None = None
+        self._due: dict[str, tuple[float, int]] = {}  # worker -> (loop time due, epoch)
+        self._pruned = -math.inf
+        self._own: set[int] = set()  # server pids of the pool's connections
+        self._cycling = asyncio.Lock()  # made again for each event loop (see pool())
+        self._sync: psycopg.Connection[Any] | None = None  # push_sync's connection
+        self._sync_lock = threading.Lock()
+        self._schema_ready = False
+        self._sql = {"push": self.names.sql(_PUSH), "cycle": self.names.sql(_CYCLE)}
+
+    def __repr__(self) -> str:
+        return f"<PostgresBackend schema={self.schema!r}>"
+
+    # -- connections -----------------------------------------------------------------
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+
+    async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self._own.add(conn.info.backend_pid)
+        if self._schema_ready:
+            # PL/pgSQL plans a statement on its first run in each session (ms):
+            # run the cycle's paths once now (an outcome no job has, no claim),
+            # not in the first real cycle of this connection.
+            await conn.execute(self._sql["cycle"], _WARM)
+
+    async def pool(self) -> AsyncConnectionPool[Any]:
+        """The connection pool of this event loop, opened (and the schema made) on first use."""
+        loop = asyncio.get_running_loop()
+        if self._pool is not None and self._loop is loop:
+            return self._pool
+        # A pool belongs to the loop that opened it (asyncio.run() twice, tests): a
+        # new loop gets a new pool and listener. Tasks that ask at once share one opening.
+        if self._opening is None or self._opening[0] is not loop:
+            self._opening = (loop, asyncio.ensure_future(self._open()))
+        opening = self._opening[1]
+        pool: AsyncConnectionPool[Any] = await asyncio.shield(opening)
+        if self._opening is not None and self._opening[1] is opening:
+            self._pool, self._loop, self._listener, self._opening = pool, loop, None, None
+            self._cycling = asyncio.Lock()
+        return pool
+
+    async def _open(self) -> AsyncConnectionPool[Any]:
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self.dsn,
+            min_size=min(4, self.pool_size),
+            max_size=self.pool_size,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            open=False,
+        )
+        try:
+            if not self._schema_ready:
+                async with await self._connect() as conn:
+                    await ensure_async(conn, self.names)
+                self._schema_ready = True
+            await pool.open(wait=True)
+        except BaseException:
+            await pool.close()
+            self._opening = None
+            raise
+        return pool
+
+    async def migrate(self) -> None:
+        """Create the schema or bring it to this release's version (done on first use anyway)."""
+        await self.pool()
+
+    async def _one(self, query: str, params: Sequence[Any] = ()) -> Any:
+        async with (await self.pool()).connection() as conn:
+            row = await (await conn.execute(query, params)).fetchone()
+        return None if row is None else row[0]
+
+    async def _all(self, query: str, params: Sequence[Any] = ()) -> list[Any]:
+        async with (await self.pool()).connection() as conn:
+            rows: list[Any] = await (await conn.execute(query, params)).fetchall()
+        return rows
+
+    # -- writing ---------------------------------------------------------------------
+
+    def _push_params(self, envelopes: Sequence[Envelope], now: float) -> tuple[list[Any], ...]:
+        self.check_envelopes(envelopes)
+        return (
+            [e.id for e in envelopes],
+            [e.queue for e in envelopes],
+            [e.payload for e in envelopes],
+            # Only the offset crosses over: the function adds it to the server's clock.
+            [None if e.due is None else e.due - now for e in envelopes],
+            [e.unique for e in envelopes],
+            [e.unique_ttl for e in envelopes],
+            [e.key for e in envelopes],
+        )
+
+    async def push(
+        self,
+        envelopes: Sequence[Envelope],
+        now: float,
+        *,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[bool]:
+        """Store jobs atomically; with ``connection``, inside that connection's transaction."""
+        params = self._push_params(envelopes, now)
+        if connection is not None:
+            await self.pool()  # the schema exists before the app's transaction uses it
+            row = await (await connection.execute(self._sql["push"], params)).fetchone()
+        else:
+            row = (await self._all(self._sql["push"], params))[0]
+        return list(row[0]) if row is not None else []
+
+    def push_sync(
+        self,
+        envelopes: Sequence[Envelope],
+        now: float,
+        *,
+        connection: psycopg.Connection[Any] | None = None,
+    ) -> list[bool]:
+        """``push`` for code without an event loop, on a blocking connection of its own."""
+        params = self._push_params(envelopes, now)
+        with self._sync_lock:
+            own = self._sync_connection()  # also: the schema exists before the app uses it
+            if connection is None:
+                row = own.execute(self._sql["push"], params).fetchone()
+                return list(row[0]) if row is not None else []
+        row = connection.execute(self._sql["push"], params).fetchone()
+        return list(row[0]) if row is not None else []
+
+    def _sync_connection(self) -> psycopg.Connection[Any]:
+        """The blocking connection, made on first use (call it holding ``_sync_lock``)."""
+        if self._sync is None or self._sync.closed:
+            self._sync = psycopg.connect(self.dsn, autocommit=True)
+            if not self._schema_ready:
+                ensure_sync(self._sync, self.names)
+                self._schema_ready = True
+        return self._sync
+
+    async def cycle(
+        self,
+        outcomes: Sequence[Outcome],
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease: float,
+        now: float,
+    ) -> Claims:
+        given = self.screen_outcomes(outcomes)
+        loop = asyncio.get_running_loop()
+        prune = 0
+        if loop.time() - self._pruned >= self.prune_every:
+            self._pruned, prune = loop.time(), self.prune_batch
+        params = (
+            [o.kind for o in given],
+            [o.id for o in given],
+            [o.token for o in given],
+            [o.queue for o in given],
+            [o.payload for o in given],
+            # Only a retry's due counts, sent as an offset the function adds to its clock.
+            [o.due - now if o.kind == "retry" else 0.0 for o in given],
+            [o.result for o in given],
+            [o.keep for o in given],
+            [o.reason for o in given],
+            [o.traceback for o in given],
+            list(queues),
+            limit,
+            worker,
+            lease,
+            self.dead_max,
+            self.dead_max_age,
+            prune,
+        )
+        # One process's cycles go to the server one at a time, in call order (as
+        # over the Redis store's one connection): whoever asks first claims first,
+        # rather than whichever connection happens to be quicker.
+        # A worker listens before its first look at the store: nothing pushed
+        # after that look goes unheard.
+        await self._listening()
+        async with self._cycling:
+            rows = await self._all(self._sql["cycle"], params)
+        claims = Claims(Claimed(i, q, p, t) for kind, i, q, p, t in rows if kind == "c")
+        claims.refused = [i for kind, i, _, _, _ in rows if kind == "r"]
+        return claims
+
+    async def heartbeat(
+        self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float
+    ) -> list[str]:
+        rows = await self._all(
+            self.names.sql("SELECT * FROM {s}.heartbeat(%s, %s, %s, %s::text[], %s::text[])"),
+            (worker.id, worker.to_json(), lease, [i for i, _ in held], [t for _, t in held]),
+        )
+        return [r[0] for r in rows]
+
+    async def save_progress(
+        self, job_id: str, token: str, payload: str, lease: float, now: float
+    ) -> bool:
+        saved = await self._one(
+            self.names.sql(
+                "UPDATE {s}.jobs SET payload = %s, lease = {s}.clock() + %s "
+                "WHERE id = %s AND state = 1 AND token = %s RETURNING 1"
+            ),
+            (payload, lease, job_id, token),
+        )
+        return saved is not None
+
+    # -- waiting ---------------------------------------------------------------------
+
+    async def _listening(self) -> Listener:
+        """This loop's listener; the first call waits (a few seconds at most) until it listens."""
+        await self.pool()
+        listener = self._listener
+        if listener is None:
+            listener = self._listener = Listener(self._connect, self.names.channel)
+            listener.own = self._own
+            listener.start()
+        if not listener.ever:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(listener.ready.wait(), 5.0)
+        return listener
+
+    async def wait_for_work(self, worker: str, queues: Sequence[str], timeout: float) -> None:
+        listener = await self._listening()
+        if listener.take(queues):
+            return  # news that came while this worker was busy: look now
+        loop = asyncio.get_running_loop()
+        # The next due time (on the loop's clock) is read again only when it may
+        # have changed: at first, after a 'd' notification or a reconnect (the
+        # epoch moved), or once it passed.
+        cached = self._due.get(worker)
+        if cached is None or cached[1] != listener.epoch or cached[0] <= loop.time():
+            epoch = listener.epoch
+            due_in = await self._one(
+                self.names.sql("SELECT {s}.next_due(%s::text[])"), (list(queues),)
+            )
+            due_at = math.inf if due_in is None else loop.time() + max(due_in, 0.0)
+            cached = self._due[worker] = (due_at, epoch)
+        wait = min(timeout, cached[0] - loop.time())
+        if wait <= 0:
+            return  # due already: the next cycle moves it
+        if not await listener.wait(queues, wait) and wait >= timeout:
+            self._due.pop(worker, None)  # a whole poll without news: read it again next time
+
+    async def forget_worker(self, worker_id: str) -> None:
+        self._due.pop(worker_id, None)
+        await self._one(
+            self.names.sql("DELETE FROM {s}.workers WHERE id = %s RETURNING 1"), (worker_id,)
+        )
+
+    # -- reading ---------------------------------------------------------------------
+
+    async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
+        async with (await self.pool()).connection() as conn:
+            return self.rank_keys(await _read.keys(conn, self.names, now), limit)
+
+    async def status(self, job_id: str, now: float) -> JobStatus:
+        async with (await self.pool()).connection() as conn:
+            return await _read.status(conn, self.names, job_id)
+
+    async def info(self, now: float) -> Info:
+        async with (await self.pool()).connection() as conn:
+            return await _read.info(conn, self.names)
+
+    async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
+        rows = await self._all(
+            self.names.sql(
+                "SELECT id, queue, payload, reason, traceback, died, okey FROM {s}.dead "
+                "ORDER BY died DESC LIMIT %s"
+            ),
+            (limit,),
+        )
+        return [DeadJob(*row) for row in rows]
+
+    async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
+        moved = await self._one(
+            self.names.sql("SELECT {s}.retry_dead(%s::text[])"),
+            (None if ids is None else list(ids),),
+        )
+        return int(moved or 0)
+
+    async def delete_dead(self, ids: Sequence[str] | None) -> int:
+        rows = await self._all(
+            self.names.sql(
+                "DELETE FROM {s}.dead WHERE %s::text[] IS NULL OR id = ANY(%s::text[]) RETURNING 1"
+            ),
+            (None if ids is None else list(ids),) * 2,
+        )
+        return len(rows)
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+        if self._pool is not None:
+            if self._loop is asyncio.get_running_loop():
+                await self._pool.close()
+            self._pool = None
+        with self._sync_lock:
+            if self._sync is not None:
+                self._sync.close()
+                self._sync = None

@@ -1,0 +1,160 @@
+"""The PostgreSQL store beyond the shared suite: SKIP LOCKED claims, LISTEN wake-ups, schema, bloat."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+
+from batchy.jobs import Envelope, Outcome, Queue, Worker
+from batchy_contrib.postgres_jobs import PostgresBackend, SchemaVersionError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def store(postgres_dsn: str, postgres_schema: str) -> AsyncIterator[PostgresBackend]:
+    backend = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    yield backend
+    await backend.close()
+
+
+def envelopes(n: int, queue: str = "default") -> list[Envelope]:
+    return [Envelope(f"job{i:04d}", queue, "{}") for i in range(n)]
+
+
+async def test_two_workers_claiming_at_once_never_claim_a_job_twice(
+    store: PostgresBackend, postgres_dsn: str, postgres_schema: str
+) -> None:
+    other = PostgresBackend(postgres_dsn, schema=postgres_schema)  # its own pool
+    await store.push(envelopes(400), time.time())
+    claimed: dict[str, list[str]] = {"a": [], "b": []}
+
+    async def claim(backend: PostgresBackend, name: str) -> None:
+        while True:
+            got = await backend.cycle([], ["default"], 7, name, 30.0, time.time())
+            if not got:
+                return
+            claimed[name] += [c.id for c in got]
+
+    try:
+        await asyncio.gather(*(claim(b, n) for b, n in ((store, "a"), (other, "b"))))
+    finally:
+        await other.close()
+    everything = claimed["a"] + claimed["b"]
+    assert len(everything) == 400 and len(set(everything)) == 400
+    assert claimed["a"] and claimed["b"]  # both claimed: neither waited for the other
+
+
+async def test_an_idle_worker_starts_a_pushed_job_within_milliseconds(
+    store: PostgresBackend,
+) -> None:
+    queue = Queue(store)
+    lags: list[float] = []
+
+    @queue.job
+    async def stamp(sent: float) -> None:
+        lags.append(time.perf_counter() - sent)
+
+    worker = Worker(queue, poll_interval=5.0)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.sleep(0.3)  # idle: it waits on LISTEN
+        for _ in range(5):
+            await stamp.enqueue(time.perf_counter())
+            await asyncio.sleep(0.1)
+    finally:
+        worker.stop()
+        await task
+    assert len(lags) == 5 and max(lags) < 0.1, lags
+
+
+async def test_a_killed_listen_connection_comes_back_and_loses_nothing(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    queue = Queue(store)
+    ran: list[int] = []
+
+    @queue.job
+    async def note(n: int) -> None:
+        ran.append(n)
+
+    worker = Worker(queue, poll_interval=30.0)  # a poll never rescues it here
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.sleep(0.3)
+        listener = store._listener
+        assert listener is not None and listener.connection is not None
+        pid = listener.connection.info.backend_pid
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            # Pushed while the listener is down: its NOTIFY reaches nobody.
+            await note.enqueue(1)
+        deadline = time.monotonic() + 5
+        while 1 not in ran:
+            assert time.monotonic() < deadline, "the job pushed during the outage never ran"
+            await asyncio.sleep(0.01)
+        assert listener.reconnects == 1
+        start = time.monotonic()
+        await note.enqueue(2)  # and wake-ups work again
+        while 2 not in ran:
+            assert time.monotonic() - start < 1.0, "no wake-up after the reconnect"
+            await asyncio.sleep(0.005)
+    finally:
+        worker.stop()
+        await task
+    assert ran == [1, 2]
+
+
+async def test_the_schema_is_versioned_made_once_and_refuses_a_newer_one(
+    store: PostgresBackend, postgres_dsn: str, postgres_schema: str
+) -> None:
+    await store.migrate()
+    again = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    await again.migrate()  # a second creation is a no-op
+    await again.close()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        version = f'SELECT version FROM "{postgres_schema}".version'
+        assert conn.execute(version).fetchall() == [(1,)]
+        conn.execute(f'UPDATE "{postgres_schema}".version SET version = 99')
+    newer = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    with pytest.raises(SchemaVersionError, match="of version 99, newer than this release"):
+        await newer.push(envelopes(1), time.time())
+    await newer.close()
+
+
+async def test_a_bad_schema_name_is_refused() -> None:
+    from batchy.jobs import ConfigError
+
+    with pytest.raises(ConfigError, match="schema='bad name'"):
+        PostgresBackend("postgresql://x/y", schema="bad name")
+
+
+async def test_done_jobs_leave_at_once_and_expired_results_in_batches(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    store = PostgresBackend(postgres_dsn, schema=postgres_schema, prune_batch=10, prune_every=0)
+    try:
+        await store.push(envelopes(25), time.time())
+        got = await store.cycle([], ["default"], 25, "w", 30.0, time.time())
+        done = [Outcome(c.id, "done", token=c.token, result="1", keep=0.05) for c in got]
+        await store.cycle(done, [], 0, "w", 30.0, time.time())
+        s = postgres_schema
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+
+            def count(table: str) -> int:
+                return conn.execute(f'SELECT count(*) FROM "{s}".{table}').fetchone()[0]  # type: ignore[index]
+
+            assert count("jobs") == 0  # a done job's row is deleted by its outcome
+            assert count("results") == 25
+            await asyncio.sleep(0.1)  # the results expire
+            left = []
+            for _ in range(3):
+                await store.cycle([], ["default"], 1, "w", 30.0, time.time())
+                left.append(count("results"))
+        assert left == [15, 5, 0]  # at most prune_batch rows per cycle
+    finally:
+        await store.close()
