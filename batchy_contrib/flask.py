@@ -1,0 +1,77 @@
+"""Flask extension: a batchy scope per request, and ``run`` for handlers in sync views.
+
+::
+
+    from flask import Flask, g
+    from batchy_contrib.flask import Batchy, run
+
+    app = Flask(__name__)
+    Batchy(app)                                  # or Batchy().init_app(app)
+
+    @app.get("/posts/<int:pid>")
+    def post_page(pid):                          # a sync view: no event loop here
+        page = run(post_view(pid))               # batched, cached for this request
+        return {"page": page, "batchy": g.batchy.as_dict()}
+
+Configuration: ``BATCHY_LOG = True`` logs one line per request (rounds, calls
+per loader, time) to the ``batchy.requests`` logger. The request's
+:class:`~batchy_contrib.request_stats.RequestStats` are ``g.batchy``.
+
+``run`` runs an event loop of its own for the duration of the call, in the
+request's scope; sync GraphQL execution (strawberry's ``GraphQLView`` with
+:data:`batchy_contrib.strawberry.execution_context_class`, ``graphql_sync``)
+does the same by itself. ``async def`` views, which Flask runs through asgiref
+on a loop in another thread, are counted in the request's stats too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from flask import Flask, g, request
+
+from .request_stats import RequestStats, counted_here, current_stats, run, track
+
+__all__ = ["Batchy", "RequestStats", "run"]
+
+
+class Batchy:
+    """The extension; ``Batchy(app)`` or ``Batchy().init_app(app)`` for an app factory."""
+
+    def __init__(self, app: Flask | None = None) -> None:
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app: Flask) -> None:
+        """Open a scope before each request and close it when the request is torn down."""
+        app.config.setdefault("BATCHY_LOG", False)
+        app.extensions["batchy"] = self
+        app.before_request(self._open)
+        app.teardown_request(self._close)
+        # Flask runs `async def` views on a loop in another thread: count there too.
+        to_sync = app.async_to_sync
+
+        def async_to_sync(func: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+            async def counted(*args: Any, **kwargs: Any) -> Any:
+                stats = current_stats()
+                with counted_here(stats) if stats is not None else contextlib.nullcontext():
+                    return await func(*args, **kwargs)
+
+            return to_sync(counted)
+
+        app.async_to_sync = async_to_sync  # type: ignore[method-assign]
+
+    def _open(self) -> None:
+        from flask import current_app
+
+        stack = contextlib.ExitStack()
+        name = f"{request.method} {request.path}"
+        g.batchy = stack.enter_context(track(name, log_stats=current_app.config["BATCHY_LOG"]))
+        g._batchy_exit = stack
+
+    def _close(self, error: BaseException | None) -> None:
+        stack: contextlib.ExitStack | None = g.pop("_batchy_exit", None)
+        if stack is not None:
+            stack.close()

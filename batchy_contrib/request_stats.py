@@ -1,0 +1,191 @@
+"""Per-request batching stats: the rounds and loader calls made while one web request ran.
+
+The web integrations (``asgi``, ``fastapi``, ``flask``, ``django``) open one
+:class:`RequestStats` per request with :func:`track` and hand it to the request
+(``request.state.batchy``, ``g.batchy``, ``request.batchy``). One process-wide
+:class:`batchy.Hook` feeds every open tracker.
+
+Attribution is by thread, because that is where a request's batches run: a sync
+request (Flask, a Django view) runs its event loop in its own thread, and an
+ASGI server runs all of its requests on one loop in one thread. Batches are not
+per request: keys that concurrent requests on one loop ask for in the same round
+share one call, so every request in flight on that loop counts it.
+``overlapped`` says how many other requests were in flight on the same thread
+during this one; when it is 0, the counts are this request's alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Iterator
+from typing import Any, TypeVar
+
+import batchy
+
+T = TypeVar("T")
+
+__all__ = ["RequestStats", "counted_here", "current_stats", "log", "run", "track"]
+
+#: Where :func:`track` logs one line per request when asked to (``log=True``).
+log = logging.getLogger("batchy.requests")
+
+
+class RequestStats:
+    """What batchy did for one request: rounds, calls and keys per loader, errors.
+
+    ``scope`` is the request's :class:`batchy.Scope` (loader caches live there).
+    """
+
+    def __init__(self, name: str, scope: batchy.Scope) -> None:
+        self.name = name
+        self.scope = scope
+        self.rounds = 0
+        self.calls: dict[str, int] = {}
+        self.keys: dict[str, int] = {}
+        self.errors = 0
+        self.overlapped = 0
+        self.started = time.perf_counter()
+        self.duration: float | None = None
+        self.thread = threading.get_ident()  # where the request's own loop runs
+
+    def __repr__(self) -> str:
+        return f"<batchy.RequestStats {self.name} rounds={self.rounds} calls={self.calls}>"
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary, as put in a GraphQL response's ``extensions``."""
+        out: dict[str, Any] = {"rounds": self.rounds, "calls": dict(self.calls)}
+        if self.errors:
+            out["errors"] = self.errors
+        if self.overlapped:
+            out["overlapped"] = self.overlapped
+        return out
+
+    def summary(self) -> str:
+        """One log line: ``GET /feed: 3 rounds, 5 calls (users_by_id 3, ...) in 4.1 ms``."""
+        per = ", ".join(f"{name} {n}" for name, n in self.calls.items())
+        total = sum(self.calls.values())
+        took = f" in {self.duration * 1000:.1f} ms" if self.duration is not None else ""
+        shared = f", overlapped {self.overlapped} other request(s)" if self.overlapped else ""
+        return (
+            f"{self.name}: {self.rounds} rounds, {total} calls"
+            f"{f' ({per})' if per else ''}{shared}{took}"
+        )
+
+
+class _Collector(batchy.Hook):
+    """The one hook that feeds every open :class:`RequestStats` of the thread it is called in."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.open: dict[int, list[RequestStats]] = {}
+
+    def _stats(self) -> list[RequestStats]:
+        # Read without the lock: the list of a thread is replaced, never mutated.
+        here = self.open.get(threading.get_ident())
+        if here:
+            return here
+        # A loop no request is tracked on (one that asgiref started in another
+        # thread for an async view): the context the event runs in, copied
+        # from the request, still says whose it is.
+        stats = _current.get()
+        return [stats] if stats is not None else []
+
+    def round_started(self, event: batchy.RoundEvent) -> None:
+        for stats in self._stats():
+            stats.rounds += 1
+
+    def batch_flushed(self, event: batchy.BatchEvent) -> None:
+        for stats in self._stats():
+            stats.calls[event.loader] = stats.calls.get(event.loader, 0) + 1
+            stats.keys[event.loader] = stats.keys.get(event.loader, 0) + len(event.keys)
+            if event.error is not None:
+                stats.errors += 1
+
+    def enter(self, stats: RequestStats) -> int:
+        ident = threading.get_ident()
+        with self.lock:
+            others = self.open.get(ident, [])
+            for other in others:
+                other.overlapped += 1
+            stats.overlapped += len(others)
+            self.open[ident] = [*others, stats]
+            if len(self.open) == 1 and len(others) == 0:
+                batchy.add_hook(self)  # registered only while some request is open
+        return ident
+
+    def exit(self, stats: RequestStats, ident: int) -> None:
+        with self.lock:
+            left = [s for s in self.open.get(ident, []) if s is not stats]
+            if left:
+                self.open[ident] = left
+            else:
+                self.open.pop(ident, None)
+            if not self.open:
+                batchy.remove_hook(self)
+
+
+_collector = _Collector()
+_current: contextvars.ContextVar[RequestStats | None] = contextvars.ContextVar(
+    "batchy_request_stats", default=None
+)
+
+
+def current_stats() -> RequestStats | None:
+    """The stats of the request being served in this context, if an integration opened one."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def track(name: str, *, log_stats: bool = False) -> Iterator[RequestStats]:
+    """Give the block a new :class:`batchy.Scope` and count what batchy does in it.
+
+    ::
+
+        with track("GET /feed") as stats:
+            page = batchy.run(feed_view(), scope=stats.scope)
+        print(stats.rounds, stats.calls)
+    """
+    stats = RequestStats(name, batchy.Scope(name))
+    ident = _collector.enter(stats)
+    token = _current.set(stats)
+    try:
+        with stats.scope:
+            yield stats
+    finally:
+        _current.reset(token)
+        _collector.exit(stats, ident)
+        stats.duration = time.perf_counter() - stats.started
+        if log_stats:
+            log.info("%s", stats.summary())
+
+
+def run(aw: Awaitable[T]) -> T:
+    """:func:`batchy.run` for sync code serving a request: the request's scope and stats.
+
+    From a sync view (Flask, Django, a sync Starlette endpoint run in a worker
+    thread) this runs ``aw`` on an event loop of its own, with the loader caches
+    of the request and its rounds counted in the request's stats; outside a
+    request it is plain :func:`batchy.run`. In async code, ``await`` instead.
+    """
+    stats = _current.get()
+    if stats is None:
+        return batchy.run(aw)
+    with counted_here(stats):
+        return batchy.run(aw, scope=stats.scope)
+
+
+@contextlib.contextmanager
+def counted_here(stats: RequestStats) -> Iterator[RequestStats]:
+    """Count what batchy does in this thread for ``stats`` too (a worker thread of the request)."""
+    if threading.get_ident() == stats.thread:
+        yield stats
+        return
+    ident = _collector.enter(stats)
+    try:
+        yield stats
+    finally:
+        _collector.exit(stats, ident)

@@ -1,0 +1,70 @@
+"""Strawberry on batchy: the execution context class to pass, and an extension that checks it.
+
+::
+
+    import strawberry
+    from batchy_contrib.strawberry import BatchyExtension, execution_context_class
+
+    schema = strawberry.Schema(
+        query=Query,
+        execution_context_class=execution_context_class,  # resolvers batch
+        extensions=[BatchyExtension],                      # stats in "extensions"
+    )
+
+:class:`BatchyExtension` puts the request's batching stats (rounds, calls per
+loader) in the response's ``extensions["batchy"]`` when a web integration
+tracks the request (:mod:`batchy_contrib.asgi`, :mod:`batchy_contrib.flask`, ...),
+and it stops a schema built without batchy's class with an error that says so:
+strawberry's sync execution would otherwise fail with asyncio's "There is no
+current event loop" or its own "failed to complete synchronously".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from strawberry.extensions import SchemaExtension
+from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+
+import batchy
+
+from .graphql import BatchyMixin, with_batchy
+from .request_stats import current_stats
+
+__all__ = ["BatchyExtension", "NotBatchedError", "execution_context_class"]
+
+#: Strawberry's own execution context class, running on batchy.
+execution_context_class: type[Any] = with_batchy(StrawberryGraphQLCoreExecutionContext)
+
+
+class NotBatchedError(batchy.UsageError):
+    """A strawberry schema with :class:`BatchyExtension` was built without batchy's class."""
+
+
+class BatchyExtension(SchemaExtension):
+    """Checks that the schema runs on batchy, and reports the request's stats in ``extensions``.
+
+    Set ``report_stats = False`` in a subclass to only check.
+    """
+
+    report_stats = True
+
+    def on_operation(self) -> Iterator[None]:
+        schema = self.execution_context.schema
+        cls = getattr(schema, "execution_context_class", None)
+        if not (isinstance(cls, type) and issubclass(cls, BatchyMixin)):
+            name = getattr(cls, "__name__", repr(cls))
+            raise NotBatchedError(
+                f"this strawberry schema executes with {name}, which does not run on batchy: "
+                "its loaders would not batch, and sync execution (Flask, Django) would fail. "
+                "Build it with strawberry.Schema(..., execution_context_class="
+                "batchy_contrib.strawberry.execution_context_class)"
+            )
+        yield
+
+    def get_results(self) -> dict[str, Any]:
+        stats = current_stats()
+        if not self.report_stats or stats is None:
+            return {}
+        return {"batchy": stats.as_dict()}

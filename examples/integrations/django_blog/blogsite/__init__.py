@@ -1,0 +1,1 @@
+"""The Django project of the recipe: settings and URLs."""

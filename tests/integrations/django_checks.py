@@ -1,0 +1,94 @@
+"""Django checks that need settings of their own: run as a script by test_django.py, prints "ok"."""
+# ruff: noqa: E402  (Django must be configured before its models and loaders are imported)
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples/integrations/django_blog"))
+
+import django
+from django.conf import settings
+
+settings.configure(
+    INSTALLED_APPS=["blog"],
+    DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+    BATCHY={"LOG": False},
+)
+django.setup()
+
+from django.core.management import call_command
+from django.db import transaction
+from django.http import HttpResponse
+from django.test import RequestFactory
+
+import batchy
+from batchy_contrib import django as bd
+
+call_command("migrate", run_syncdb=True, verbosity=0)
+from blog.loaders import authors_by_id, post_view
+from blog.models import Author, Comment, Post
+
+
+def expect(error_type: type[BaseException], text: str, fn: object) -> None:
+    try:
+        fn()  # type: ignore[operator]
+    except error_type as error:
+        assert text in str(error), str(error)
+    else:
+        raise AssertionError(f"no {error_type.__name__}")
+
+
+# run() sends the batch queries back to this thread: they see this transaction.
+with transaction.atomic():
+    Author.objects.create(id=1, name="ada")
+    Post.objects.create(id=1, title="hello", author_id=1)
+    Comment.objects.create(id=1, post_id=1, body="hi", author_id=1)
+    assert bd.run(post_view(1)) == {
+        "id": 1,
+        "title": "hello",
+        "author": "ada",
+        "comments": [{"body": "hi", "author": "ada"}],
+    }
+assert bd.run(authors_by_id(99)) is None  # no row: None, as in_bulk leaves it out
+
+# batchy.run inside a sync view served by the middleware: batchy's error, by name, with the fix.
+seen: list[str] = []
+
+
+def view(request: object) -> HttpResponse:
+    try:
+        batchy.run(authors_by_id(1))
+    except batchy.LoaderError as error:  # the engine wraps what a batch function raised
+        assert isinstance(error.__cause__, bd.DjangoLoopError)
+        seen.append(str(error.__cause__))
+    return HttpResponse("done")
+
+
+bd.BatchyMiddleware(view)(RequestFactory().get("/"))
+[message] = seen
+assert message.startswith("blog.Author.pk: Django's ORM cannot run on this event loop"), message
+assert "batchy_contrib.django.run(...) instead of batchy.run(...)" in message
+
+
+async def in_async() -> None:
+    expect(batchy.UsageError, "in an async view, 'await' the handler", lambda: bd.run(post_view(1)))
+
+
+asyncio.run(in_async())
+
+settings.BATCHY = {"LOGS": True}
+expect(
+    bd.DjangoSettingsError,
+    "settings.BATCHY must be a dict with keys among",
+    lambda: bd.BatchyMiddleware(view),
+)
+settings.BATCHY = {"HEADER": 1}
+expect(
+    bd.DjangoSettingsError,
+    "settings.BATCHY['HEADER'] is a response header name",
+    lambda: bd.BatchyMiddleware(view),
+)
+print("ok")
