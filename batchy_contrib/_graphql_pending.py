@@ -21,19 +21,32 @@ starts its futures in its handler's scope.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 from collections.abc import Callable, Generator
 from typing import Any
 
 import batchy
 
-__all__ = ["Pending", "own_awaitable", "own_task", "read_all"]
+__all__ = [
+    "END",
+    "Pending",
+    "close_iterator",
+    "next_item",
+    "own_awaitable",
+    "own_task",
+    "read_all",
+]
+
+# What next_item() returns when the iterator is exhausted.
+END: Any = object()
 
 
 class Pending:
     """The slots waiting on futures, by ``id(slot)``, with the future to cancel if dropped."""
 
-    __slots__ = ("buffer", "live", "slots", "watch")
+    __slots__ = ("alarm", "buffer", "live", "slots", "watch")
 
     def __init__(self) -> None:
         self.watch: batchy.Watch[Any] = batchy.Watch()
@@ -43,6 +56,7 @@ class Pending:
         self.slots: dict[int, tuple[Any, batchy.Future[Any] | None, Any]] = {}
         self.buffer: list[tuple[batchy.Future[Any], Any]] = []
         self.live = False  # True once the handler runs and the watch may start futures
+        self.alarm: batchy.Future[Any] | None = None
 
     def add(self, fut: batchy.Future[Any], slot: Any, inner: Any) -> None:
         """Wait on ``fut`` for ``slot``.
@@ -64,6 +78,15 @@ class Pending:
             add(fut, slot)
         self.buffer = []
 
+    def wake_after(self, seconds: float) -> None:
+        """Have :meth:`taken` return after ``seconds`` at the latest (for a time budget).
+
+        The alarm is no slot: the response never waits for it, and it is
+        cancelled with what is left when the response is complete.
+        """
+        self.alarm = _sleep(max(seconds, 0.0))
+        self.watch.add(self.alarm, _ALARM)
+
     def taken(self) -> Generator[Any, Any, list[tuple[Any, batchy.Future[Any]]]]:
         """Wait until a slot is done; the (slot, future) pairs done since, still wanted."""
         watch = self.watch
@@ -82,6 +105,8 @@ class Pending:
     def cancel_all(self) -> None:
         """The response is complete without them: cancel what is still ours."""
         slots, self.slots = self.slots, {}
+        if self.alarm is not None:
+            self.alarm.cancel()
         for _, fut, inner in slots.values():
             if fut is not None:
                 _cancel(fut, inner)
@@ -108,6 +133,31 @@ async def own_awaitable(aw: Any) -> Any:
 def own_task(task: batchy.Task[Any]) -> Generator[Any, Any, Any]:
     """Waits on a task a resolver returned, which others may share (see the module doc)."""
     return (yield task)
+
+
+# The alarm's slot: never in Pending.slots, so taken() leaves it out.
+_ALARM = ("alarm",)
+
+
+@batchy.task
+async def _sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+@batchy.task
+async def next_item(iterator: Any) -> Any:
+    """The next item of an async iterator, or END."""
+    try:
+        return await anext(iterator)
+    except StopAsyncIteration:
+        return END
+
+
+@batchy.task
+async def close_iterator(aclose: Callable[[], Any]) -> None:
+    """``await aclose()``, as graphql-core does after an error: its own errors are ignored."""
+    with contextlib.suppress(Exception):  # graphql-core suppresses them too
+        await aclose()
 
 
 @batchy.task

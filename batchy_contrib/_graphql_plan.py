@@ -155,6 +155,8 @@ class Planner:
         self.field_resolver = ctx.field_resolver
         self.to_nodes: Callable[[Any], list[Any]] = _core.to_nodes if GRAPHQL_CORE_33 else list
         self.add_error: Callable[[GraphQLError, Path | None], None] = ctx.collected_errors.add
+        # The plans of the subfields of each (object type, field nodes): see subfields().
+        self.selections: dict[tuple[Any, ...], list[Field]] = {}
         # graphql-core 3.3's @experimental_disableErrorPropagation turns it off.
         self.propagate = bool(getattr(ctx, "error_propagation", True))
         # graphql-core's own resolve info is a named tuple whose fields after
@@ -188,9 +190,17 @@ class Planner:
         """The fields to complete for a value of ``object_type`` at the selection of ``ftype``."""
         fields = ftype.objects.get(object_type)
         if fields is None:
-            collected = self.ctx.collect_subfields(object_type, ftype.core_nodes)
-            grouped = collected[0] if GRAPHQL_CORE_33 else collected
-            fields = ftype.objects[object_type] = self.fields(grouped, object_type)
+            # Field nodes that recur at many positions (a fragment spread under
+            # several aliases) are planned once: without this, a query whose
+            # fragments each spread the previous one under two aliases would
+            # make a plan per object, 2^depth of them.
+            key = (object_type, *map(id, self.to_nodes(ftype.core_nodes)))
+            fields = self.selections.get(key)
+            if fields is None:
+                collected = self.ctx.collect_subfields(object_type, ftype.core_nodes)
+                grouped = collected[0] if GRAPHQL_CORE_33 else collected
+                fields = self.selections[key] = self.fields(grouped, object_type)
+            ftype.objects[object_type] = fields
         return fields
 
     def field_def(self, parent_type: Any, node: Any) -> Any:

@@ -1,12 +1,17 @@
-"""Limits for a public GraphQL endpoint: depth, fields, aliases and cost, checked before execution.
+"""Limits for a public GraphQL endpoint: query size before execution, objects and time during it.
 
 ::
 
-    from graphql import specified_rules
+    from batchy_contrib.graphql import graphql
     from batchy_contrib.graphql_limits import Limits
 
     limits = Limits.public()                 # or Limits(max_depth=12, max_cost=50_000, ...)
-    result = await graphql(schema, source, rules=[*specified_rules, *limits.rules()])
+    result = await graphql(schema, source, limits=limits)
+
+``graphql()``/``graphql_sync()`` add :meth:`Limits.rules` to validation and give
+the executor ``max_objects`` and ``time_budget``; ``execute()``/``execute_sync()``
+take ``limits=`` too, for the run-time limits (they do not validate). With
+graphql-core's own ``graphql()``, pass ``rules=[*specified_rules, *limits.rules()]``.
 
 Every measure is taken on the query as it would run: fragments are expanded, so
 a 1 KB query whose fragments each spread the previous one twice counts its
@@ -62,7 +67,17 @@ class Limits:
     - ``max_fields``: field selections once fragments are expanded (aliases count:
       ``a1: f a2: f`` is two);
     - ``max_aliases``: aliased fields, expanded the same way;
-    - ``max_cost``: the cost bound described in the module's documentation.
+    - ``max_cost``: the cost bound described in the module's documentation;
+    - ``max_objects``: objects completed in one response, counted as the
+      executor goes (a cap on the response's size whatever validation let
+      through);
+    - ``time_budget``: seconds one execution may take, from its start.
+
+    The first four are validation rules (:meth:`rules`), checked before anything
+    runs; the last two are checked by batchy's planned executor while it runs.
+    Going over any of them gives a GraphQL error naming the limit and the value
+    measured (``extensions``: ``code="QUERY_LIMIT"``, ``limit``, ``value``); over a
+    run-time limit, the data is null and the work in flight is cancelled.
     """
 
     max_depth: int | None = 15
@@ -72,16 +87,32 @@ class Limits:
     default_list_size: int = 20
     costs: Mapping[str, int] = field(default_factory=dict)
     field_cost: int = 1
+    max_objects: int | None = 100_000
+    time_budget: float | None = None
 
     @classmethod
     def public(cls, **overrides: Any) -> Limits:
         """Limits for an endpoint anyone can query (the recommended start)."""
-        return cls(**{"max_depth": 12, "max_fields": 2_000, "max_aliases": 30, **overrides})
+        base = {
+            "max_depth": 12,
+            "max_fields": 2_000,
+            "max_aliases": 30,
+            "max_objects": 20_000,
+            "time_budget": 5.0,
+        }
+        return cls(**{**base, **overrides})
 
     @classmethod
     def internal(cls, **overrides: Any) -> Limits:
         """Looser limits for trusted clients: still a stop for a runaway query."""
-        base = {"max_depth": 30, "max_fields": 50_000, "max_aliases": 1_000, "max_cost": 5_000_000}
+        base = {
+            "max_depth": 30,
+            "max_fields": 50_000,
+            "max_aliases": 1_000,
+            "max_cost": 5_000_000,
+            "max_objects": 1_000_000,
+            "time_budget": 60.0,
+        }
         return cls(**{**base, **overrides})
 
     def rules(self) -> list[type[ValidationRule]]:

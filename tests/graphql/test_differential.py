@@ -1869,3 +1869,93 @@ async def test_execute_starts_work_when_called_like_graphql_core() -> None:
     assert calls == core_calls
     result = await started
     assert result.data == {"hello": "world"}
+
+
+# Lists from async iterables (issue 14 §1, bullet 4). graphql-core 3.3 asks its
+# is_async_iterable predicate first and reads one item at a time, completing
+# each as it comes; 3.2 reads anything iterable as a list, and an async
+# iterable all at once, then completes it.
+
+
+class _Both:
+    """Iterable and async-iterable at once, as a Django QuerySet is."""
+
+    def __iter__(self) -> Iterator[int]:
+        return iter([1, 2])
+
+    def __aiter__(self) -> Any:
+        return _async_items(10, 20)
+
+
+class _Stream:
+    """An async iterator (not a generator: no loop hook closes it) that records aclose()."""
+
+    def __init__(self, *items: Any) -> None:
+        self.items = list(items)
+        self.closed = 0
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> Any:
+        if not self.items:
+            raise StopAsyncIteration
+        item = self.items.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    async def aclose(self) -> None:
+        self.closed += 1
+
+
+def make_streams(streams: list[_Stream]) -> gql.GraphQLSchema:
+    def stream(*items: Any) -> Callable[..., Any]:
+        def resolve(root: Any, info: Any) -> Any:
+            streams.append(_Stream(*items))
+            return streams[-1]
+
+        return resolve
+
+    return attach(
+        gql.build_schema(ASYNC_ITERABLE_SDL),
+        "plain",
+        {
+            "Query.ints": lambda root, info: _Both(),
+            # The second item nulls the list; the third would fail the iterator.
+            "Query.strict": stream(1, None, ValueError("the stream broke later")),
+            "Query.broken": stream(1, ValueError("the stream broke")),
+        },
+    )
+
+
+@pytest.mark.parametrize("query", ["{ ints }", "{ strict ints }", "{ broken }"])
+def test_async_iterables_are_read_and_closed_as_graphql_core_does(query: str) -> None:
+    document = gql.parse(query)
+    core_streams: list[_Stream] = []
+    expected = reference("async", make_streams(core_streams), document, ())
+    streams: list[_Stream] = []
+    for name, (result, _) in subject(make_streams(streams), document, tuple).items():
+        assert dumps(result.data) == dumps(expected.data), name
+        assert in_order(errors_of(result)) == in_order(errors_of(expected)), name
+    # Each run closed its iterators as graphql-core closed its own.
+    assert [s.closed for s in streams] == [s.closed for s in core_streams] * 2
+
+
+@pytest.mark.skipif(not bgql.GRAPHQL_CORE_33, reason="is_async_iterable= is graphql-core 3.3's")
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [("{ ints }", False), ("{ broken }", False), ("{ ints }", True)],
+    ids=["both-read-sync", "async-only-refused", "both-read-async"],
+)
+def test_a_custom_is_async_iterable_decides_as_in_graphql_core(query: str, says: bool) -> None:
+    document = gql.parse(query)
+
+    def predicate(value: Any) -> bool:
+        return says and hasattr(value, "__aiter__")
+
+    expected = reference("async", make_streams([]), document, (), is_async_iterable=predicate)
+    runs = subject(make_streams([]), document, tuple, is_async_iterable=predicate)
+    for name, (result, _) in runs.items():
+        assert dumps(result.data) == dumps(expected.data), name
+        assert in_order(errors_of(result)) == in_order(errors_of(expected)), name
