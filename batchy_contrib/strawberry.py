@@ -10,6 +10,8 @@
         execution_context_class=execution_context_class,  # resolvers batch
         extensions=[BatchyExtension],                      # stats in "extensions"
     )
+    # or, with limits for a public endpoint (graphql_limits.Limits):
+    schema = strawberry.Schema(query=Query, **schema_options(Limits.public()))
 
 :class:`BatchyExtension` puts the request's batching stats (rounds, calls per
 loader) in the response's ``extensions["batchy"]`` when a web integration
@@ -24,18 +26,44 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from strawberry.extensions import SchemaExtension
+from strawberry.extensions import AddValidationRules, SchemaExtension
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 import batchy
 
 from .graphql import BatchyMixin, with_batchy
+from .graphql_limits import Limits
 from .request_stats import current_stats
 
-__all__ = ["BatchyExtension", "NotBatchedError", "execution_context_class"]
+__all__ = ["BatchyExtension", "NotBatchedError", "execution_context_class", "schema_options"]
 
 #: Strawberry's own execution context class, running on batchy.
 execution_context_class: type[Any] = with_batchy(StrawberryGraphQLCoreExecutionContext)
+
+
+def schema_options(limits: Limits | None = None) -> dict[str, Any]:
+    """``strawberry.Schema`` keyword arguments: batchy's class, its extension, and ``limits``.
+
+    ``strawberry.Schema(query=Query, **schema_options(Limits.public()))``: the
+    limits' validation rules run before execution, and their object cap and time
+    budget during it. Add your own extensions to the returned list.
+    """
+    if limits is None:
+        return {"execution_context_class": execution_context_class, "extensions": [BatchyExtension]}
+    if not isinstance(limits, Limits):
+        raise batchy.UsageError(
+            f"schema_options(limits={limits!r}): expected a batchy_contrib.graphql_limits.Limits "
+            "(e.g. Limits.public())"
+        )
+    rules: list[Any] = list(limits.rules())
+    # A factory, not an instance: strawberry builds each extension per request.
+    extensions: list[Any] = [BatchyExtension, lambda: AddValidationRules(rules)]
+    return {
+        "execution_context_class": with_batchy(
+            StrawberryGraphQLCoreExecutionContext, limits=limits
+        ),
+        "extensions": extensions,
+    }
 
 
 class NotBatchedError(batchy.UsageError):
