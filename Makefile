@@ -53,6 +53,7 @@ bench: $(STAMP) services
 clean:
 	rm -rf $(VENV) docs/_build .mypy_cache .ruff_cache .pytest_cache
 
-# Kill -9 workers under load (Redis, then SQLite) and count lost, duplicated and out-of-order jobs.
+# Kill -9 workers under load (Redis, SQLite, then PostgreSQL, whose LISTEN connections are
+# also killed) and count lost, duplicated and out-of-order jobs.
 crash-test: $(STAMP) services
-	$(BIN)/python scripts/crash_test.py
+	$(BIN)/python scripts/crash_test.py --store redis,sqlite,postgres

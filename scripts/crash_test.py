@@ -2,8 +2,10 @@
 
 ::
 
-    python scripts/crash_test.py            # the full run: Redis, then SQLite (make crash-test)
-    python scripts/crash_test.py --quick    # the short run CI does (tests/jobs/test_crash.py)
+    python scripts/crash_test.py --store redis,sqlite,postgres  # the full run (make crash-test)
+    python scripts/crash_test.py --quick    # the short run CI does on Redis and SQLite
+                                            # (tests/jobs/test_crash.py)
+    python scripts/crash_test.py --quick --store postgres  # (tests/jobs/test_crash_postgres.py)
 
 Per store: ``--jobs`` ordered jobs over ``--keys`` keys (each carries its key's
 sequence number; a few are delayed, some fail at random and are retried after
@@ -15,7 +17,14 @@ its leases move to other workers, then resumed (SIGCONT) to report on jobs that
 are no longer its own; and one worker's clock is ``--skew`` seconds off (fast,
 then slow after each restart). Each handler appends what it does to its
 process's own log (one unbuffered ``write`` per line, so a kill
-never leaves half a line); the numbers come from those logs:
+never leaves half a line); the numbers come from those logs.
+
+On PostgreSQL (a fresh schema per run, dropped after) the workers poll only
+every ``--lease`` seconds, so that the run depends on their ``LISTEN``
+wake-ups, and about every ``--listen-kill-every`` seconds the ``LISTEN``
+connection of a random running worker is terminated from the server side
+(``pg_terminate_backend``): its worker must listen again within
+``LISTEN_BACK`` seconds, and nothing may be lost. The figures:
 
 - lost: jobs that never finished; rows missed: rows no batch covered;
 - run more than once: handler runs beyond one per attempt, against the jobs in
@@ -30,8 +39,9 @@ never leaves half a line); the numbers come from those logs:
 - longest key stall: the longest time from one job of a key finishing to the
   next one finishing.
 
-It exits 1 unless 0 jobs are lost, 0 order violations, 0 rows missed and
-duplicates do not exceed the jobs in flight on killed workers.
+It exits 1 unless 0 jobs are lost, 0 order violations, 0 rows missed,
+duplicates do not exceed the jobs in flight on killed workers, and (PostgreSQL)
+every worker whose ``LISTEN`` connection was killed listened again.
 """
 
 from __future__ import annotations
@@ -58,6 +68,14 @@ sys.path.insert(0, str(ROOT))
 from batchy.jobs import Backend, Queue, SQLiteBackend, Worker  # noqa: E402
 
 REDIS_URL = os.environ.get("BATCHY_CRASH_REDIS", "redis://127.0.0.1:6379/13")
+POSTGRES_URL = os.environ.get("BATCHY_CRASH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+STORES = ("redis", "sqlite", "postgres")
+#: Each worker process names its PostgreSQL connections after its pid (libpq reads
+#: PGAPPNAME), so the controller can tell which worker a server backend serves.
+APP_NAME = "batchy-crash-"
+#: Seconds within which a worker whose LISTEN connection was killed must listen again
+#: (the listener backs off at most 1 s between tries).
+LISTEN_BACK = 5.0
 
 
 @dataclass
@@ -78,17 +96,22 @@ class Settings:
     pause_every: float = 4.0
     skew: float = 10.0
     ack_window: float = 0.1
+    listen_kill_every: float = 1.5
     time_limit: float = 240.0
 
 
 QUICK = Settings(
     jobs=2_000, keys=40, rows=10_000, shards=4, batch=50, workers=3, concurrency=20,
     job_ms=(5.0, 25.0), batch_ms=40.0, lease=1.0, kill_every=0.6, pause_every=2.0,
-    time_limit=40.0,
+    listen_kill_every=0.8, time_limit=40.0,
 )  # fmt: skip
 
 #: The worker process shifts the clock it reads (batchy.jobs._clock.now) by this many seconds.
 SKEW_ENV = "BATCHY_CRASH_SKEW"
+
+
+def is_postgres(store: str) -> bool:
+    return store.startswith(("postgresql://", "postgres://"))
 
 
 def open_backend(store: str, prefix: str) -> Backend:
@@ -96,6 +119,10 @@ def open_backend(store: str, prefix: str) -> Backend:
         from batchy_contrib.redis_jobs import RedisBackend
 
         return RedisBackend(store, prefix=prefix)
+    if is_postgres(store):
+        from batchy_contrib.postgres_jobs import PostgresBackend
+
+        return PostgresBackend(store, schema=prefix)  # on PostgreSQL the prefix is the schema
     return SQLiteBackend(store)
 
 
@@ -145,6 +172,7 @@ def worker_main(store: str, prefix: str, log_dir: str, settings: Settings) -> No
         from batchy.jobs import _clock
 
         _clock.now = lambda: time.time() + skew
+    os.environ["PGAPPNAME"] = f"{APP_NAME}{os.getpid()}"
     fd = os.open(f"{log_dir}/log-{os.getpid()}.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     queue, _, _ = build(store, prefix, settings, fd)
     worker = Worker(
@@ -152,7 +180,9 @@ def worker_main(store: str, prefix: str, log_dir: str, settings: Settings) -> No
         concurrency=settings.concurrency,
         lease=settings.lease,
         heartbeat=settings.lease / 4,
-        poll_interval=0.05,
+        # A 50 ms poll would hide a lost wake-up: on PostgreSQL the workers rely on
+        # LISTEN (whose connection the test kills) and poll only once a lease.
+        poll_interval=settings.lease if is_postgres(store) else 0.05,
         shutdown_timeout=1.0,
     )
     asyncio.run(worker.run(signals=True))
@@ -181,6 +211,9 @@ class Report:
     dead: int = 0
     rows_twice: int = 0
     rows_missed: int = 0
+    listen_kills: int | None = None  # None: not a PostgreSQL run
+    listen_back: float = 0.0
+    listen_not_back: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -190,6 +223,7 @@ class Report:
             and self.violations == 0
             and self.rows_missed == 0
             and self.extra_runs <= self.in_flight + self.just_done + self.paused_in_flight
+            and self.listen_not_back == 0
         )
 
     def lines(self) -> list[str]:
@@ -208,6 +242,16 @@ class Report:
             f"  random failures retried:         {self.failures} (dead: {self.dead})",
             f"  sharded rows processed twice:    {self.rows_twice}",
             f"  sharded rows missed:             {self.rows_missed}",
+            *(
+                []
+                if self.listen_kills is None
+                else [
+                    f"  LISTEN connections killed:       {self.listen_kills} "
+                    f"(pg_terminate_backend); listening again after at most "
+                    f"{self.listen_back:.2f} s ({self.listen_not_back} not within "
+                    f"{LISTEN_BACK:g} s)"
+                ]
+            ),
             *[f"  note: {n}" for n in self.notes],
             f"  {'OK' if self.ok else 'FAILED'}",
         ]
@@ -243,10 +287,82 @@ def spawn(
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
+class ListenKiller:
+    """Terminates a running worker's ``LISTEN`` connection from the server side, and
+    times how long that worker takes to listen again."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.conn: Any = None
+        self.kills = 0
+        self.back = 0.0  # the longest time a worker took to listen again
+        self.not_back = 0
+        self.waiting: dict[int, tuple[int, float]] = {}  # worker pid -> (old server pid, since)
+
+    async def open(self) -> None:
+        import psycopg
+
+        self.conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+
+    async def listeners(self) -> dict[int, int]:
+        """Worker pid -> server pid of its LISTEN connection."""
+        # The listener is the worker's connection whose last statement was its LISTEN
+        # (or the health check it runs every 30 s); the pool's run the store's functions.
+        cursor = await self.conn.execute(
+            "SELECT application_name, pid FROM pg_stat_activity "
+            "WHERE application_name LIKE %s AND (query LIKE 'LISTEN %%' OR query = 'SELECT 1')",
+            (APP_NAME + "%",),
+        )
+        return {int(name[len(APP_NAME) :]): pid for name, pid in await cursor.fetchall()}
+
+    async def kill(self, running: list[int]) -> None:
+        found = await self.listeners()
+        choices = [w for w in running if w in found and w not in self.waiting]
+        if not choices:
+            return
+        worker = random.choice(choices)
+        cursor = await self.conn.execute("SELECT pg_terminate_backend(%s)", (found[worker],))
+        row = await cursor.fetchone()
+        if row is not None and row[0]:
+            self.kills += 1
+            self.waiting[worker] = (found[worker], time.monotonic())
+
+    async def check(self, running: list[int]) -> None:
+        """Note the workers that listen again, and those that took too long."""
+        if not self.waiting:
+            return
+        found = await self.listeners()
+        for worker, (old, since) in list(self.waiting.items()):
+            if worker not in running:
+                # Killed or paused since: the one never reconnects, the other not
+                # before SIGCONT. Neither says anything about the listener.
+                del self.waiting[worker]
+            elif found.get(worker, old) != old:
+                self.back = max(self.back, time.monotonic() - since)
+                del self.waiting[worker]
+            elif time.monotonic() - since > LISTEN_BACK:
+                self.not_back += 1
+                del self.waiting[worker]
+
+    async def settle(self, running: list[int]) -> None:
+        """At the end of the run, give the workers killed last the time to listen again."""
+        while self.waiting:
+            await asyncio.sleep(0.05)
+            await self.check(running)
+
+
 async def run_store(store: str, label: str, settings: Settings, log_dir: str) -> Report:
-    prefix = f"crash:{uuid.uuid4().hex[:8]}:"
+    # On PostgreSQL the prefix is the run's own schema (dropped after).
+    prefix = (
+        f"crash_{uuid.uuid4().hex[:8]}" if is_postgres(store) else f"crash:{uuid.uuid4().hex[:8]}:"
+    )
     queue, step, rows = build(store, prefix, settings)
     report = Report(label, skew=settings.skew)
+    listen = ListenKiller(store) if is_postgres(store) else None
     kills: list[tuple[int, float]] = []
     pauses: list[tuple[int, float, float]] = []  # pid, stopped, continued (true clock)
     await enqueue_all(step, settings)
@@ -256,11 +372,25 @@ async def run_store(store: str, label: str, settings: Settings, log_dir: str) ->
     skews = [settings.skew] + [0.0] * (settings.workers - 1)
     procs = [spawn(store, prefix, log_dir, settings, skews[i]) for i in range(settings.workers)]
     paused: tuple[subprocess.Popen[bytes], float, float] | None = None  # proc, since, until
+
+    def running() -> list[int]:
+        return [p.pid for p in procs if paused is None or p is not paused[0]]
+
     try:
+        if listen is not None:
+            await listen.open()
         next_kill = time.monotonic() + settings.kill_every
         next_pause = time.monotonic() + settings.pause_every / 2
+        next_listen_kill = time.monotonic() + settings.listen_kill_every / 2
         while time.monotonic() - started < settings.time_limit:
             await asyncio.sleep(0.1)
+            if listen is not None:
+                await listen.check(running())
+                if time.monotonic() >= next_listen_kill:
+                    await listen.kill(running())
+                    next_listen_kill = time.monotonic() + settings.listen_kill_every * (
+                        random.uniform(0.7, 1.3)
+                    )
             if paused is not None and time.monotonic() >= paused[2]:
                 paused[0].send_signal(signal.SIGCONT)
                 pauses.append((paused[0].pid, paused[1], time.time()))
@@ -288,7 +418,13 @@ async def run_store(store: str, label: str, settings: Settings, log_dir: str) ->
             report.notes.append(f"time limit of {settings.time_limit}s reached")
         report.seconds = time.monotonic() - started
         report.dead = len(await queue.dead_jobs(10_000))
+        if listen is not None:
+            await listen.settle(running())
+            report.listen_kills, report.listen_back = listen.kills, listen.back
+            report.listen_not_back = listen.not_back
     finally:
+        if listen is not None:
+            await listen.close()
         if paused is not None:
             paused[0].send_signal(signal.SIGCONT)
             pauses.append((paused[0].pid, paused[1], time.time()))
@@ -299,14 +435,14 @@ async def run_store(store: str, label: str, settings: Settings, log_dir: str) ->
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        await cleanup(queue, prefix)
+        await cleanup(queue, store, prefix)
     report.kills = len(kills)
     report.pauses = len(pauses)
     analyse(report, Path(log_dir), settings, kills, pauses)
     return report
 
 
-async def cleanup(queue: Queue, prefix: str) -> None:
+async def cleanup(queue: Queue, store: str, prefix: str) -> None:
     backend = queue.backend
     redis = getattr(backend, "redis", None)
     if redis is not None:
@@ -314,6 +450,11 @@ async def cleanup(queue: Queue, prefix: str) -> None:
         if keys:
             await redis.delete(*keys)
     await queue.close()
+    if is_postgres(store):
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(store, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{prefix}" CASCADE')
 
 
 def read_logs(log_dir: Path) -> list[tuple[str, int, int, int, float]]:
@@ -438,12 +579,24 @@ def analyse(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the short run (CI)")
-    parser.add_argument("--store", choices=["redis", "sqlite", "both"], default="both")
+    parser.add_argument(
+        "--store",
+        default="redis,sqlite",
+        help=f"the stores to run, comma-separated, of {', '.join(STORES)} (default: "
+        "redis,sqlite; make crash-test runs all three)",
+    )
     parser.add_argument("--worker", nargs=3, metavar=("STORE", "PREFIX", "LOGDIR"))
     args = parser.parse_args()
     settings = QUICK if args.quick else Settings()
+    chosen = [s.strip() for s in args.store.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in STORES]
+    if unknown or not chosen:
+        parser.error(
+            f"--store {args.store!r}: name stores of {', '.join(STORES)}, e.g. redis,sqlite"
+        )
     if args.worker:
-        worker_main(*args.worker, settings)
+        store, prefix, log_dir = args.worker
+        worker_main(store, prefix, log_dir, settings)
         return
     print(
         f"crash test: {settings.jobs} ordered jobs over {settings.keys} keys, "
@@ -454,11 +607,8 @@ def main() -> None:
         f"{settings.fail_rate:.0%} of runs fail and are retried",
         flush=True,
     )
-    stores = []
-    if args.store in ("redis", "both"):
-        stores.append(("redis", REDIS_URL))
-    if args.store in ("sqlite", "both"):
-        stores.append(("sqlite", ""))
+    urls = {"redis": REDIS_URL, "sqlite": "", "postgres": POSTGRES_URL}
+    stores = [(name, urls[name]) for name in chosen]
     ok = True
     for label, store in stores:
         with tempfile.TemporaryDirectory(prefix="batchy-crash-") as tmp:

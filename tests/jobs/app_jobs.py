@@ -17,6 +17,11 @@ if STORE.startswith("redis://"):
     from batchy_contrib.redis_jobs import RedisBackend
 
     backend = RedisBackend(STORE, prefix=os.environ.get("BATCHY_TEST_PREFIX", "batchy:"))
+elif STORE.startswith(("postgresql://", "postgres://")):
+    from batchy_contrib.postgres_jobs import PostgresBackend
+
+    # The prefix is the test's own schema: the test drops it, and everything in it, after.
+    backend = PostgresBackend(STORE, schema=os.environ.get("BATCHY_TEST_PREFIX", "batchy"))
 else:
     backend = SQLiteBackend(STORE)
 

@@ -1,7 +1,8 @@
-"""Real worker processes: kill -9, SIGTERM hand-back, SIGTSTP, periodic ticks, bad rows, the CLI."""
+"""Real worker processes on SQLite, Redis and PostgreSQL: kill -9, SIGTERM, SIGSTOP, ticks, the CLI."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -85,11 +86,16 @@ class App:
             proc.wait(10)
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
     prefix = f"ptest:{uuid.uuid4().hex[:8]}:"
     if request.param == "sqlite":
         store = str(tmp_path / "jobs.db")
+    elif request.param == "postgres":
+        # A schema of the test's own (the fixture drops it after the workers are stopped,
+        # since it was set up after this fixture began); app_jobs takes it as the prefix.
+        store = request.getfixturevalue("postgres_dsn")
+        prefix = request.getfixturevalue("postgres_schema")
     else:
         host, port = request.getfixturevalue("redis_server")
         store = f"redis://{host}:{port}/{REDIS_DB}"
@@ -345,3 +351,61 @@ def test_a_paused_worker_has_no_say_when_it_resumes(app: App) -> None:
     lost = [line for line in app.output(paused).splitlines() if " lost job " in line]
     assert len(lost) == 1 and f"lost job {first} (slow, queue 'default')" in lost[0], lost
     assert app.cli("dead", "list", "app_jobs:queue").stdout.strip() in ("", "no dead jobs")
+
+
+def test_a_worker_whose_listen_connection_is_killed_listens_again(
+    tmp_path: Path, postgres_dsn: str, postgres_schema: str
+) -> None:
+    """pg_terminate_backend on a worker process's LISTEN connection: the job pushed
+    while it was down runs, and wake-ups work again (a 30 s poll never rescues it)."""
+    import psycopg
+
+    from batchy.jobs import Queue
+    from batchy_contrib.postgres_jobs import PostgresBackend
+
+    app = App(postgres_dsn, tmp_path / "log.txt", postgres_schema)
+    # The same store and job name as the worker's app: pushes from here, in microseconds
+    # (a CLI enqueue takes long enough to start that the listener would be back first).
+    here = Queue(PostgresBackend(postgres_dsn, schema=postgres_schema))
+
+    @here.job(name="slow")
+    async def slow(tag: str, seconds: float) -> str:
+        return tag
+
+    name = f"ptest-{uuid.uuid4().hex[:8]}"  # libpq names the worker's connections after it
+    worker = app.worker("--poll-interval", "30", PGAPPNAME=name)
+    listening = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND query LIKE 'LISTEN %%'"
+    )
+    try:
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+
+            def listener(not_pid: int = 0) -> int:
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    pids = [p for (p,) in admin.execute(listening, (name,)) if p != not_pid]
+                    if pids:
+                        return pids[0]
+                    time.sleep(0.02)
+                raise AssertionError(f"worker {worker.pid} is not listening: {app.output(worker)}")
+
+            first = listener()
+            slow.enqueue_sync("before", 0)
+            app.wait_for("done", 1, timeout=5)
+            time.sleep(0.3)  # idle again: waiting on LISTEN (and a 30 s poll)
+            admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+            slow.enqueue_sync("during", 0)  # its NOTIFY reaches nobody
+            app.wait_for("done", 2, timeout=5)
+            listener(not_pid=first)
+            time.sleep(0.3)
+            began = time.monotonic()
+            slow.enqueue_sync("after", 0)
+            app.wait_for("done", 3, timeout=5)
+            assert time.monotonic() - began < 1.0  # woken, not polled
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(10) == 0
+    finally:
+        app.stop_all()
+        asyncio.run(here.backend.close())  # its blocking connection
+    assert [tag for tag, _ in app.lines("done")] == ["before", "during", "after"]
+    assert "LISTEN connection was lost" in app.output(worker)
