@@ -63,6 +63,8 @@ class SQLDatabase(abc.ABC):
     def __init__(self, host: str, *, timeout: float | None) -> None:
         self.host = host
         self.timeout = timeout
+        #: (table, key column) pairs seen to return only ints (see :mod:`._sql_match`).
+        self._int_columns: set[tuple[str, str]] = set()
 
     # -- what a backend supplies ----------------------------------------------------
 
@@ -149,7 +151,7 @@ class SQLDatabase(abc.ABC):
         """
         spec = self._select(table, key, columns, None)
         name = name or f"{table}_by_{key}"
-        match = Match(name, key, False, row)
+        match = Match(name, key, False, row, table=table, int_columns=self._int_columns)
         keyed, plain = self._keyed(spec), self._plain(spec)
         return self._loader(match, keyed, plain, row, max_batch_size, max_concurrency, cache)
 
@@ -204,7 +206,7 @@ class SQLDatabase(abc.ABC):
         """
         spec = self._select(table, key, columns, order_by)
         name = name or f"{table}_by_{key}"
-        match = Match(name, key, True, row)
+        match = Match(name, key, True, row, table=table, int_columns=self._int_columns)
         keyed, plain = self._keyed(spec), self._plain(spec)
         return self._loader(match, keyed, plain, row, max_batch_size, max_concurrency, cache)
 

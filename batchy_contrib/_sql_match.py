@@ -9,12 +9,14 @@ their positions (:mod:`._sql_build`), and each row comes back with the position
 of every key it matched: ``'ADA'`` and ``'ada'`` in one batch both get the row.
 
 Positions cost a join and a column. Where Python is exact they are skipped:
-int keys against a column this loader has seen return ints (an integer
-column; with SQLite, not TEXT affinity) compare as integers on the server and
-in Python alike, so ``WHERE key IN (...)`` and Python matching give the same
-answer. That covers ids and foreign keys, the usual loaders. If such a column
-ever returns something else (ALTER TABLE), the batch is asked again with
-positions.
+int keys against a column seen to return ints (an integer column; with
+SQLite, not TEXT affinity) compare as integers on the server and in Python
+alike, so ``WHERE key IN (...)`` and Python matching give the same answer.
+That covers ids and foreign keys, the usual loaders. What was seen is kept per
+database, table and column, not per loader: loaders made per request (or per
+test) over the same column skip the positions from their first batch. If such
+a column ever returns something else (ALTER TABLE), the batch is asked again
+with positions, and every loader of that column learns it.
 
 :meth:`query` runs your SQL, which batchy cannot rewrite, so its rows are
 matched to keys by Python equality on the key column: there, keys must equal
@@ -43,17 +45,41 @@ class KeyTypeWarning(UserWarning):
 
 
 class Match:
-    """How one loader's rows reach its keys; what it learnt of the key column; warn once."""
+    """How one loader's rows reach its keys; what the database learnt of its column; warn once."""
 
-    __slots__ = ("int_column", "key", "many", "name", "row", "warned")
+    __slots__ = ("column", "int_columns", "key", "many", "name", "row", "warned")
 
-    def __init__(self, name: str, key: str, many: bool, row: Callable[..., Any] | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        key: str,
+        many: bool,
+        row: Callable[..., Any] | None,
+        *,
+        table: str = "",
+        int_columns: set[tuple[str, str]] | None = None,
+    ) -> None:
         self.name = name
         self.key = key
         self.many = many
         self.row = row
-        self.int_column = False  # the key column returned only ints so far
+        self.column = (table, key)
+        # The database's (table, column) pairs seen to return only ints: shared
+        # by every loader of the database, so a loader made per request gains too.
+        self.int_columns = int_columns if int_columns is not None else set()
         self.warned = False
+
+    @property
+    def int_column(self) -> bool:
+        """The key column returned only ints so far."""
+        return self.column in self.int_columns
+
+    @int_column.setter
+    def int_column(self, value: bool) -> None:
+        if value:
+            self.int_columns.add(self.column)
+        else:
+            self.int_columns.discard(self.column)
 
     def exact_in_python(self, keys: list[Any]) -> bool:
         """True if Python's == gives these keys the rows the server would (no positions needed)."""

@@ -4,9 +4,16 @@
 
     from batchy_contrib import mysql
 
-    db = await mysql.connect("mysql://root@127.0.0.1:3306/test")
+    db = mysql.Database.from_url("mysql://root@127.0.0.1:3306/test")  # at import time
     users_by_id = db.one("users")   # SELECT * FROM `users` WHERE `id` IN (...)
     comments_by_post = db.many("comments", "post_id", order_by="id")
+
+:meth:`Database.from_url` connects lazily: one pool per event loop, opened by
+the first call in that loop and closed when the loop shuts down
+(:mod:`._sql_loops`), so the same module-level loaders serve an ASGI server,
+``batchy.run`` per request in Flask or Django, a worker and tests. ``await
+connect(url)`` opens one pool now, in the running loop, and only that loop may
+use it.
 
 Each batch call takes one connection from the pool for exactly one statement
 and gives it back, so a connection is never shared by two coroutines, and the
@@ -28,7 +35,6 @@ import decimal
 import weakref
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import aiomysql
 import pymysql
@@ -44,12 +50,15 @@ from ._source import (
 )
 from ._sql import Dialect, KeysRejected, Row, SQLDatabase, identifier
 from ._sql_errors import CONTAINERS, Kind, refusal
+from ._sql_loops import EventLoopError, PerLoop, running_loop
 from ._sql_match import KeyTypeWarning
+from ._sql_mysql_pools import abandon_pool, acquire, close_pool, foreign_loop, url_options
 
 __all__ = [
     "ConnectionLostError",
     "DataSourceError",
     "Database",
+    "EventLoopError",
     "KeyEncodingError",
     "KeyTypeWarning",
     "LoaderError",
@@ -84,13 +93,16 @@ _KILLED = frozenset({1317, 1969, 3024})
 
 
 class Database(SQLDatabase):
-    """Loader factories (:meth:`one`, :meth:`many`, :meth:`query`) over an aiomysql pool.
+    """Loader factories (:meth:`one`, :meth:`many`, :meth:`query`) over aiomysql pools.
 
-    The pool must use ``autocommit=True`` (:func:`connect` does): otherwise every
-    ``SELECT`` opens a transaction, aiomysql closes the connection when it comes
-    back to the pool, and later reads see an old snapshot. ``timeout`` (seconds)
-    bounds each batch call, connection included: a server that stops answering
-    fails the waiting keys with :class:`DataSourceError` instead of hanging them.
+    Make it with :meth:`from_url` (lazy: a pool per event loop, opened on first
+    use) or :func:`connect` (a pool opened now, for the running loop only), or
+    wrap a pool you made: ``Database(pool)``. The pool must use
+    ``autocommit=True`` (both do): otherwise every ``SELECT`` opens a
+    transaction, aiomysql closes the connection when it comes back to the
+    pool, and later reads see an old snapshot. ``timeout`` (seconds) bounds
+    each batch call, connection included: a server that stops answering fails
+    the waiting keys with :class:`DataSourceError` instead of hanging them.
     """
 
     dialect = MYSQL
@@ -108,17 +120,75 @@ class Database(SQLDatabase):
     )
 
     def __init__(self, pool: Any, *, host: str | None = None, timeout: float | None = 10.0) -> None:
-        super().__init__(host or _pool_host(pool), timeout=timeout)
-        self.pool = pool
+        # from_url passes its PerLoop; anything else is one aiomysql pool.
+        self._per_loop: PerLoop[Any] | None = pool if isinstance(pool, PerLoop) else None
+        self._fixed: Any = None if self._per_loop is not None else pool
+        super().__init__(host or _pool_host(self._fixed), timeout=timeout)
         self._shows: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._server_known = False
         self._closed = False
 
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        minsize: int = 1,
+        maxsize: int = 10,
+        timeout: float | None = 10.0,
+        **pool_options: Any,
+    ) -> Database:
+        """A database for ``mysql://user:password@host:port/db`` that connects on first use.
+
+        Declare it at import time, with its loaders, in sync or async code::
+
+            db = mysql.Database.from_url("mysql://app@db:3306/app", maxsize=10)
+            users_by_id = db.one("users")
+
+        Each event loop that uses it gets its own aiomysql pool (``minsize``,
+        ``maxsize`` and ``pool_options`` as in :func:`connect`), opened by the
+        first call in that loop and closed when the loop shuts down: the one
+        loop of an ASGI server, each ``batchy.run`` of a Flask view, a test's.
+        Nothing connects here, so a server that is down fails the first loader
+        call (and the next call tries again).
+        """
+        host, options = url_options("mysql.Database.from_url()", url, minsize, maxsize, timeout)
+        options.update(pool_options)
+
+        async def open_pool() -> Any:
+            return await aiomysql.create_pool(**options)
+
+        pools = PerLoop(f"the MySQL database at {host}", open_pool, close_pool, abandon_pool)
+        return cls(pools, host=host, timeout=timeout)
+
     def __repr__(self) -> str:
         return f"<batchy_contrib.mysql.Database {self.host}>"
 
+    @property
+    def pool(self) -> Any:
+        """The aiomysql pool calls use in the running loop (from_url: None until the first)."""
+        if self._per_loop is not None:
+            return self._per_loop.current()
+        return self._fixed
+
+    async def _pool(self) -> Any:
+        """The running loop's pool; from_url opens it on first use, a fixed pool must be at home."""
+        if self._per_loop is not None:
+            pool = self._per_loop.here()
+            return pool if pool is not None else await self._per_loop.open_here()
+        pool = self._fixed
+        home = getattr(pool, "_loop", None)  # aiomysql keeps the loop it was made in
+        if home is not None and home is not running_loop(f"the MySQL database at {self.host}"):
+            if home.is_closed():
+                # Nobody can close it in its loop any more: free its sockets, or
+                # they warn when collected. The pool stays refused.
+                abandon_pool(pool)
+            raise EventLoopError(foreign_loop(self.host, home))
+        return pool
+
     async def _rows(self, sql: str, params: Sequence[Any], *, repeat: int = 1) -> list[Row]:
-        conn = await self.pool.acquire()
+        pool = await self._pool()
+        conn = await acquire(pool)
         healthy = True  # until a statement is under way
         try:
             if not conn.get_autocommit():
@@ -146,7 +216,7 @@ class Database(SQLDatabase):
             # state is unknown, so it must never serve another statement.
             if not healthy:
                 conn.close()
-            self.pool.release(conn)
+            pool.release(conn)
 
     def _learn_server(self, conn: Any) -> None:
         # MariaDB parses a VALUES list of keys faster than UNION ALL SELECT; MySQL
@@ -161,7 +231,8 @@ class Database(SQLDatabase):
         return refusal(key, _ACCEPTED)
 
     def _classify(self, error: BaseException) -> Kind:
-        if self._closed or (isinstance(error, RuntimeError) and self.pool.closed):
+        pool = self.pool
+        if self._closed or (isinstance(error, RuntimeError) and pool is not None and pool.closed):
             return "closed"
         if isinstance(error, pymysql.err.MySQLError):
             if not _server_answered(error):
@@ -173,18 +244,28 @@ class Database(SQLDatabase):
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one write statement; return the number of affected rows."""
-        async with self.pool.acquire() as conn, conn.cursor() as cur:
+        pool = await self._pool()
+        conn = await acquire(pool)
+        try:
             if params:
                 try:
                     sql = _format(conn, sql, params, 1)
                 except KeysRejected as rejected:
                     raise next(iter(rejected.bad.values())) from None
-            return int(await cur.execute(sql))
+            async with conn.cursor() as cur:
+                return int(await cur.execute(sql))
+        finally:
+            pool.release(conn)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         """Run one write statement for many parameter rows (one multi-row INSERT)."""
-        async with self.pool.acquire() as conn, conn.cursor() as cur:
-            return int(await cur.executemany(sql, [list(r) for r in rows]))
+        pool = await self._pool()
+        conn = await acquire(pool)
+        try:
+            async with conn.cursor() as cur:
+                return int(await cur.executemany(sql, [list(r) for r in rows]))
+        finally:
+            pool.release(conn)
 
     async def questions(self) -> int:
         """Statements received so far on this pool's connections, from the server's counters.
@@ -194,12 +275,13 @@ class Database(SQLDatabase):
         number of statements the server received in between, as long as no
         connection was closed meanwhile. Call it while the pool is idle.
         """
-        if not self.pool.maxsize:
+        pool = await self._pool()
+        if not pool.maxsize:
             raise UsageError(
                 f"questions() reads every connection of the pool for {self.host}, so it needs "
                 "a bounded pool; create it with maxsize > 0"
             )
-        conns = [await self.pool.acquire() for _ in range(self.pool.maxsize)]
+        conns = [await acquire(pool) for _ in range(pool.maxsize)]
         total = 0
         try:
             for conn in conns:
@@ -211,14 +293,22 @@ class Database(SQLDatabase):
                 total += int(value) - shows
         finally:
             for conn in conns:
-                self.pool.release(conn)
+                pool.release(conn)
         return total
 
     async def close(self) -> None:
-        """Close the pool and wait for its connections to close."""
+        """Close the pool and wait for its connections to close.
+
+        From :meth:`from_url`: close the running loop's pool (each loop's pool
+        closes with its loop anyway); the next call opens a new one. From
+        :func:`connect`: the database is closed for good.
+        """
+        if self._per_loop is not None:
+            await self._per_loop.close_here()
+            return
         self._closed = True
-        self.pool.close()
-        await self.pool.wait_closed()
+        self._fixed.close()
+        await self._fixed.wait_closed()
 
 
 def _format(conn: Any, sql: str, params: Sequence[Any], repeat: int) -> str:
@@ -292,31 +382,16 @@ async def connect(
     The pool uses ``autocommit=True``; ``pool_options`` go to
     :func:`aiomysql.create_pool`. With ``minsize=0`` no connection is opened
     until the first query, so a server that is down fails the first loader
-    call instead of this one.
+    call instead of this one. The pool belongs to the running event loop: a
+    call from any other loop fails with :class:`EventLoopError`. For a
+    database declared at import time and used from any loop (``batchy.run``
+    per request), use :meth:`Database.from_url`.
     """
-    parts = urlsplit(url)
-    if parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
-        raise UsageError(
-            f"mysql.connect() takes a URL like 'mysql://user:password@host:3306/database', "
-            f"got {url!r}"
-        )
-    host, port = parts.hostname, parts.port or 3306
-    options: dict[str, Any] = {
-        "host": host,
-        "port": port,
-        "user": unquote(parts.username or "root"),
-        "password": unquote(parts.password or ""),
-        "autocommit": True,
-        "minsize": minsize,
-        "maxsize": maxsize,
-        "connect_timeout": timeout or 60,
-    }
-    if parts.path.strip("/"):
-        options["db"] = parts.path.strip("/")
+    host, options = url_options("mysql.connect()", url, minsize, maxsize, timeout)
     options.update(pool_options)
     try:
         pool = await aiomysql.create_pool(**options)
     except (pymysql.err.MySQLError, OSError) as error:
-        error.add_note(f"batchy_contrib.mysql.connect() could not reach {host}:{port}")
+        error.add_note(f"batchy_contrib.mysql.connect() could not reach {host}")
         raise
-    return Database(pool, host=f"{host}:{port}", timeout=timeout)
+    return Database(pool, host=host, timeout=timeout)

@@ -23,6 +23,7 @@ import asyncio
 import decimal
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -39,6 +40,7 @@ from ._source import (
 )
 from ._sql import Dialect, KeysRejected, Row, SQLDatabase, identifier
 from ._sql_errors import Kind, refusal
+from ._sql_loops import EventLoopError, running_loop
 from ._sql_match import KeyTypeWarning
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "DataSourceError",
     "Database",
     "DatabaseOpenError",
+    "EventLoopError",
     "KeyEncodingError",
     "KeyTypeWarning",
     "LoaderError",
@@ -133,6 +136,10 @@ class Database(SQLDatabase):
         self._conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        # A database declared at import time is never closed by hand: close its
+        # connections when it is collected or at exit (Python 3.13 warns about
+        # unclosed sqlite3 connections). It holds no reference to self.
+        self._release = weakref.finalize(self, _release, self._executor, self._conns, self._lock)
 
     def __repr__(self) -> str:
         return f"<batchy_contrib.sqlite.Database {self.path}>"
@@ -175,7 +182,9 @@ class Database(SQLDatabase):
                 job.conn = None  # an interrupt now must not hit the next statement
 
     async def _call(self, sql: str, params: Sequence[Any]) -> tuple[list[Row], int]:
-        loop = asyncio.get_running_loop()
+        # Any running loop will do: the worker threads and their connections
+        # belong to no loop, so a database made at import time serves them all.
+        loop = running_loop(f"the SQLite database at {self.path}")
         job = _Job()
         try:
             return await loop.run_in_executor(self._executor, self._run, sql, params, job)
@@ -256,10 +265,19 @@ class Database(SQLDatabase):
         """:meth:`close` for code with no event loop."""
         self._closed = True
         self._executor.shutdown(wait=True)
-        with self._lock:
-            for conn in self._conns:
-                conn.close()
-            self._conns.clear()
+        self._release()
+
+
+def _release(
+    executor: ThreadPoolExecutor, conns: list[sqlite3.Connection], lock: threading.Lock
+) -> None:
+    # wait=False: this may run on a worker thread (the last reference dropped
+    # there), which cannot wait for itself; no statement is left to run.
+    executor.shutdown(wait=False)
+    with lock:
+        for conn in conns:
+            conn.close()
+        conns.clear()
 
 
 def _maybe_binding(error: BaseException) -> bool:
@@ -271,22 +289,20 @@ def _maybe_binding(error: BaseException) -> bool:
     return not isinstance(error, sqlite3.Error)
 
 
-_probe = threading.local()
-
-
 def _unbindable(params: Sequence[Any]) -> dict[int, BaseException]:
     """Which parameters SQLite refuses to bind, tried one by one on a private in-memory database.
 
     Only after a statement failed: the user's file never sees the probes (nor
     does its trace callback), and adapters are global, so the answer is the same.
     """
-    conn: sqlite3.Connection | None = getattr(_probe, "conn", None)
-    if conn is None:
-        conn = _probe.conn = sqlite3.connect(":memory:")
+    conn = sqlite3.connect(":memory:")  # rare and cheap: no connection to keep open
     bad: dict[int, BaseException] = {}
-    for i, p in enumerate(params):
-        try:
-            conn.execute("SELECT ?", (p,))
-        except Exception as error:
-            bad[i] = error
+    try:
+        for i, p in enumerate(params):
+            try:
+                conn.execute("SELECT ?", (p,))
+            except Exception as error:
+                bad[i] = error
+    finally:
+        conn.close()
     return bad

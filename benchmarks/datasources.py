@@ -1,10 +1,21 @@
-"""The blog on real servers (50 posts x 20 comments, MariaDB): naive, batchy, aiodataloader, cache.
+"""The blog on real databases: naive, batchy, aiodataloader and memcached, async and sync.
 
-Queries are the statements MariaDB received (its ``Questions`` counter on every
-pool connection), not what our code thinks it sent. Every peer uses the same
-aiomysql pool and the same SQL. Run: ``python -m benchmarks datasources``.
-Servers: ``BATCHY_BENCH_MYSQL`` (default ``mysql://root@127.0.0.1:3306/test``) and
-``BATCHY_BENCH_MEMCACHE`` (default ``127.0.0.1:11211``).
+Two tables. The first renders the 50 posts x 20 comments page on MariaDB
+naively, with batchy, with aiodataloader and with memcached in front. The
+second puts batchy against aiodataloader at 50x20 and 500x20, on MariaDB and
+SQLite, on both paths an app has: *async*, every page in one long-lived event
+loop (an ASGI server), and *sync*, a new loop per page (``batchy.run`` /
+``asyncio.run`` in a Flask view) over a database declared once
+(``mysql.Database.from_url``, ``sqlite.Database``), which opens a MariaDB pool
+per loop. Its target: one statement per loader per round on every path, and
+batchy at least as fast as aiodataloader on every row.
+
+Queries are what the database ran (MariaDB's ``Questions`` counter on every
+pool connection, SQLite's trace callback), not what our code thinks it sent.
+Every peer uses the same database object and the same SQL. Run: ``python -m
+benchmarks datasources``. Servers: ``BATCHY_BENCH_MYSQL`` (default
+``mysql://root@127.0.0.1:3306/test``) and ``BATCHY_BENCH_MEMCACHE`` (default
+``127.0.0.1:11211``).
 """
 
 from __future__ import annotations
@@ -12,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import shutil
 import socket
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -25,16 +38,22 @@ from urllib.parse import urlsplit
 from aiodataloader import DataLoader
 
 import batchy
-from benchmarks._util import fmt_ms, ratio, table
+from benchmarks._util import fmt_ms, median_times, ratio, table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "blog"))
 import blog_seed
 import blog_views
 
-from batchy_contrib import memcache, mysql
+from batchy_contrib import memcache, mysql, sqlite
 
 POSTS, COMMENTS, USERS = 50, 20, 100
 POST_IDS = list(range(1, POSTS + 1))
+#: The comparison's pages: posts per page (20 comments each); 500 posts are seeded.
+PAGES = {"50x20": 50, "500x20": 500}
+SEEDED = max(PAGES.values())
+#: Keys per statement for the comparison: the 500x20 page loads 10,000 comments
+#: in one round, one statement for batchy as for aiodataloader (unbounded batches).
+BIG_BATCH = 10_000
 MYSQL_URL = os.environ.get("BATCHY_BENCH_MYSQL", "mysql://root@127.0.0.1:3306/test")
 MEMCACHE = os.environ.get("BATCHY_BENCH_MEMCACHE", "127.0.0.1:11211")
 REPEAT = 9
@@ -44,31 +63,32 @@ REPEAT = 9
 
 
 class PeerLoaders:
-    """One DataLoader per table, made per request; same SQL and pool as batchy's loaders."""
+    """One DataLoader per table, made per request; same SQL and database as batchy's loaders."""
 
-    def __init__(self, db: mysql.Database) -> None:
+    def __init__(self, db: Any) -> None:
         self.batch_calls = 0
         self.posts = DataLoader(self._by_id(db, "blog_posts"))
         self.comments = DataLoader(self._by_id(db, "blog_comments"))
         self.users = DataLoader(self._by_id(db, "blog_users"))
         self.comment_ids = DataLoader(self._comment_ids(db))
 
-    def _by_id(self, db: mysql.Database, table: str) -> Callable[[list[int]], Awaitable[Any]]:
+    def _by_id(self, db: Any, table: str) -> Callable[[list[int]], Awaitable[Any]]:
+        sql = f"SELECT * FROM {db.dialect.q(table)} WHERE {db.dialect.q('id')} IN "
+
         async def batch_load_fn(ids: list[int]) -> list[Any]:
             self.batch_calls += 1
-            marks = ", ".join(["%s"] * len(ids))
-            rows = await db.fetch(f"SELECT * FROM `{table}` WHERE `id` IN ({marks})", ids)
+            rows = await db.fetch(sql + db.dialect.params(len(ids)), ids)
             by_id = {r["id"]: r for r in rows}
             return [by_id.get(i) for i in ids]
 
         return batch_load_fn
 
-    def _comment_ids(self, db: mysql.Database) -> Callable[[list[int]], Awaitable[Any]]:
+    def _comment_ids(self, db: Any) -> Callable[[list[int]], Awaitable[Any]]:
         async def batch_load_fn(post_ids: list[int]) -> list[Any]:
             self.batch_calls += 1
-            marks = ", ".join(["%s"] * len(post_ids))
             rows = await db.fetch(
-                f"SELECT post_id, id FROM blog_comments WHERE post_id IN ({marks}) ORDER BY id",
+                "SELECT post_id, id FROM blog_comments WHERE post_id IN "
+                f"{db.dialect.params(len(post_ids))} ORDER BY id",
                 post_ids,
             )
             grouped: dict[int, list[int]] = {p: [] for p in post_ids}
@@ -91,9 +111,9 @@ async def peer_post(loaders: PeerLoaders, pid: int) -> Any:
     return {**post, "comments": list(comments)}
 
 
-async def render_peer(db: mysql.Database) -> tuple[list[Any], int]:
+async def render_peer(db: Any, post_ids: list[int] = POST_IDS) -> tuple[list[Any], int]:
     loaders = PeerLoaders(db)
-    page = await asyncio.gather(*(peer_post(loaders, p) for p in POST_IDS))
+    page = await asyncio.gather(*(peer_post(loaders, p) for p in post_ids))
     return list(page), loaders.batch_calls
 
 
@@ -141,7 +161,7 @@ async def run() -> None:
         print(f"skipped: MariaDB not reachable at {url.hostname}:{url.port or 3306}")
         return
     db = await mysql.connect(MYSQL_URL, minsize=4, maxsize=4)
-    await blog_seed.seed(db, users=USERS, posts=POSTS, comments=COMMENTS)
+    await blog_seed.seed(db, users=USERS, posts=SEEDED, comments=COMMENTS)
     blog = blog_views.loaders(db)
     expected = await blog_views.render_naive(db, POST_IDS)
     rows: list[list[Any]] = []
@@ -152,6 +172,8 @@ async def run() -> None:
         render: Callable[[], Awaitable[Any]],
         setup: Callable[[], Any] | None = None,
         mc: Any = None,
+        *,
+        later: bool = False,
     ) -> None:
         if setup is not None:
             setup()
@@ -170,14 +192,18 @@ async def run() -> None:
                 f"{after[b'get_hits'] - mc_before[b'get_hits']}/"
                 f"{after[b'get_misses'] - mc_before[b'get_misses']}"
             )
-        medians[name] = await timed(render, setup)
-        rows.append(
-            [name, queries, calls or "-", counter.rounds or "-", hits, fmt_ms(medians[name])]
-        )
+        if later:  # timed below, interleaved with the other peers
+            interleaved[name] = render
+        else:
+            medians[name] = await timed(render, setup)
+        rows.append([name, queries, calls or "-", counter.rounds or "-", hits, name])
 
-    await measure("naive", lambda: blog_views.render_naive(db, POST_IDS))
-    await measure("aiodataloader", lambda: render_peer(db))
-    await measure("batchy", lambda: blog_views.render_batchy(blog, POST_IDS))
+    interleaved: dict[str, Callable[[], Awaitable[Any]]] = {}
+    await measure("naive", lambda: blog_views.render_naive(db, POST_IDS), later=True)
+    await measure("aiodataloader", lambda: render_peer(db), later=True)
+    await measure("batchy", lambda: blog_views.render_batchy(blog, POST_IDS), later=True)
+    # Round-robin, so a burst of load elsewhere on the machine hits all three alike.
+    medians.update(await amedian_times(interleaved))
 
     if reachable(MEMCACHE):
         client = memcache.connect(MEMCACHE)
@@ -204,6 +230,8 @@ async def run() -> None:
         print(f"(memcached not reachable at {MEMCACHE}: cache rows skipped)")
     await db.close()
 
+    for row in rows:
+        row[-1] = fmt_ms(medians[row[-1]])
     print(
         table(
             f"blog on MariaDB at {db.host}: {POSTS} posts x {COMMENTS} comments, median of "
@@ -218,8 +246,155 @@ async def run() -> None:
     )
 
 
+# -- batchy vs aiodataloader: two stores, two page sizes, async and sync ----------------
+
+
+class Trace:
+    """SQLite's trace callback: counts the statements SQLite runs."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, statement: str) -> None:
+        self.count += 1
+
+
+async def ran(db: Any) -> int:
+    """Statements the database has run so far, counted by the database."""
+    if isinstance(db, mysql.Database):
+        return await db.questions()
+    return int(db.trace.count)
+
+
+async def counted(db: Any, render: Callable[[], Awaitable[Any]]) -> tuple[Any, int, int]:
+    """``render()``'s page, the statements the database ran for it, and batchy's rounds."""
+    counter = Counter()
+    before = await ran(db)
+    with batchy.hooked(counter):
+        result = await render()
+    return result, await ran(db) - before, counter.rounds
+
+
+async def amedian_times(fns: dict[str, Callable[[], Awaitable[Any]]]) -> dict[str, float]:
+    """Median times of several renders in this loop, interleaved round-robin after a warm-up."""
+    for fn in fns.values():
+        await fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(REPEAT):
+        for name, fn in fns.items():
+            gc.collect()
+            start = time.perf_counter()
+            await fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def compare_row(db: Any, blog: blog_views.Blog, ids: list[int]) -> list[dict[str, Any]]:
+    """Both paths for one store and page: queries (server-counted), rounds and medians."""
+
+    def peer() -> Awaitable[Any]:
+        return render_peer(db, ids)
+
+    def ours() -> Awaitable[Any]:
+        return blog_views.render_batchy(blog, ids)
+
+    async def in_one_loop() -> dict[str, Any]:  # an ASGI server: every page in one loop
+        (page, _), peer_queries, _ = await counted(db, peer)
+        mine, queries, rounds = await counted(db, ours)
+        assert mine == page, "batchy rendered a different page"
+        medians = await amedian_times({"aiodataloader": peer, "batchy": ours})
+        return {"path": "async", "peer_q": peer_queries, "q": queries, "rounds": rounds, **medians}
+
+    row = asyncio.run(in_one_loop())
+    # Sync: each page in a new loop, as in a Flask view; counted inside that loop,
+    # since a MariaDB pool lives and dies with its loop.
+    _, peer_queries, _ = asyncio.run(counted(db, peer))
+    _, queries, rounds = batchy.run(counted(db, ours))
+    medians = median_times(
+        {
+            "aiodataloader": lambda: asyncio.run(render_peer(db, ids)),
+            "batchy": lambda: batchy.run(
+                batchy.gather(*(blog_views.post_view(blog, p) for p in ids))
+            ),
+        },
+        repeat=REPEAT,
+    )
+    sync = {"path": "sync", "peer_q": peer_queries, "q": queries, "rounds": rounds, **medians}
+    return [row, sync]
+
+
+def compare() -> None:
+    stores: list[tuple[str, Any]] = []
+    url = urlsplit(MYSQL_URL)
+    if reachable(f"{url.hostname}:{url.port or 3306}"):
+        # Declared once, as a module would; run() seeded its tables.
+        stores.append(("MariaDB", mysql.Database.from_url(MYSQL_URL, maxsize=4)))
+    tmp = tempfile.mkdtemp(prefix="batchy-bench-")
+    lite = sqlite.Database(f"{tmp}/blog.db", trace=Trace())
+    batchy.run(blog_seed.seed(lite, users=USERS, posts=SEEDED, comments=COMMENTS))
+    stores.append(("SQLite", lite))
+    rows: list[list[Any]] = []
+    slower: list[str] = []
+    off_target: list[str] = []
+    try:
+        for store, db in stores:
+            db.default_batch_size = BIG_BATCH
+            blog = blog_views.loaders(db)  # module-level loaders, shared by every page
+            for page, posts in PAGES.items():
+                for r in compare_row(db, blog, list(range(1, posts + 1))):
+                    name = f"{store} {page} {r['path']}"
+                    rows.append(
+                        [
+                            store,
+                            page,
+                            r["path"],
+                            r["peer_q"],
+                            r["q"],
+                            r["rounds"],
+                            fmt_ms(r["aiodataloader"]),
+                            fmt_ms(r["batchy"]),
+                            ratio(r["aiodataloader"], r["batchy"]),
+                        ]
+                    )
+                    if r["batchy"] > r["aiodataloader"]:
+                        slower.append(name)
+                    if r["q"] != len(blog.all()):
+                        off_target.append(name)
+    finally:
+        lite.close_now()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(
+        table(
+            f"batchy vs aiodataloader, median of {REPEAT}: async = every page in one event "
+            "loop; sync = a new loop per page (batchy.run / asyncio.run), database declared "
+            "once; queries = MariaDB Questions / SQLite trace",
+            [
+                "store",
+                "page",
+                "path",
+                "queries aiodl",
+                "queries batchy",
+                "rounds",
+                "aiodataloader",
+                "batchy",
+                "batchy faster",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"target: {len(blog.all())} queries (one per loader per round) on every row -> "
+        + ("PASS" if not off_target else f"FAIL ({', '.join(off_target)})")
+    )
+    print(
+        "target: batchy at least as fast as aiodataloader on every row -> "
+        + ("PASS" if not slower else f"FAIL ({', '.join(slower)})")
+    )
+
+
 def main() -> None:
     asyncio.run(run())
+    compare()
 
 
 if __name__ == "__main__":

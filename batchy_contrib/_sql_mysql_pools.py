@@ -1,0 +1,139 @@
+"""aiomysql pools for :mod:`batchy_contrib.mysql`: options from a URL, closing a pool with its loop.
+
+:func:`close_pool` closes a pool in its own loop as that loop shuts down
+(:class:`._sql_loops.PerLoop` calls it). :func:`abandon_pool` is for a pool
+whose loop was closed without that step: nothing may go through a closed loop,
+so it closes the sockets directly. Both must leave nothing that warns
+("Unclosed connection", "unclosed transport") when collected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from batchy import UsageError
+
+__all__ = ["abandon_pool", "acquire", "close_pool", "foreign_loop", "url_options"]
+
+#: Seconds a shutting-down loop waits for its pool's connections to come back.
+CLOSE_WAIT = 5.0
+#: Tasks waiting for a connection (see :func:`acquire`).
+_WAITING: set[asyncio.Task[Any]] = set()
+
+
+async def acquire(pool: Any) -> Any:
+    """A connection from ``pool``, the calling task held alive until it has one.
+
+    Why: a connection being opened is held only by the coroutine opening it
+    (asyncio's stream protocol keeps its reader weakly), and the event loop
+    keeps tasks weakly too. A task that nothing else references (a batch
+    call's, an aiodataloader dispatch) forms, with the half-open connection, a
+    cycle the garbage collector may free mid-handshake: it never resumes, and
+    its keys wait forever. Once the connection is in the pool's hands, the pool
+    (held by the database) keeps it and its reader alive.
+    """
+    task = asyncio.current_task()
+    if task is None:
+        return await pool.acquire()
+    _WAITING.add(task)
+    try:
+        return await pool.acquire()
+    finally:
+        _WAITING.discard(task)
+
+
+def url_options(
+    who: str, url: str, minsize: int, maxsize: int, timeout: float | None
+) -> tuple[str, dict[str, Any]]:
+    """``host:port`` and :func:`aiomysql.create_pool`'s options for ``url`` (autocommit on)."""
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
+        raise UsageError(
+            f"{who} takes a URL like 'mysql://user:password@host:3306/database', got {url!r}"
+        )
+    if type(minsize) is not int or type(maxsize) is not int or minsize < 0 or maxsize < 0:
+        raise UsageError(
+            f"{who} needs minsize and maxsize as ints >= 0, got minsize={minsize!r}, "
+            f"maxsize={maxsize!r}"
+        )
+    if maxsize and minsize > maxsize:
+        raise UsageError(
+            f"{who} got minsize={minsize} above maxsize={maxsize}: the pool would open more "
+            "connections than it may hold (maxsize=0 means no limit)"
+        )
+    host, port = parts.hostname, parts.port or 3306
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+        "autocommit": True,
+        "minsize": minsize,
+        "maxsize": maxsize,
+        "connect_timeout": timeout or 60,
+    }
+    if parts.path.strip("/"):
+        options["db"] = parts.path.strip("/")
+    return f"{host}:{port}", options
+
+
+def foreign_loop(host: str, home: asyncio.AbstractEventLoop) -> str:
+    """Why a pool made by ``connect()`` cannot serve the running loop, and the fix."""
+    if home.is_closed():
+        where = (
+            "in an event loop that has closed since (asyncio.run(mysql.connect(...)) at "
+            "startup, then batchy.run(...) per request?)"
+        )
+    else:
+        where = "in another event loop (another thread's, or one not running now)"
+    # No final period: the engine appends "while loading keys [...]" for a loader.
+    return (
+        f"the aiomysql pool for {host} was made {where}, and a connection works only in "
+        "the loop that opened it; declare the database with mysql.Database.from_url(url) "
+        "instead of mysql.connect(url): it opens a pool per event loop on first use and "
+        "closes it with its loop"
+    )
+
+
+async def close_pool(pool: Any) -> None:
+    """Close a pool in its own loop, in bounded time; never raises (the loop is shutting down)."""
+    try:
+        async with asyncio.timeout(CLOSE_WAIT):
+            with contextlib.suppress(Exception):
+                # COM_QUIT on the idle connections: the server sees a goodbye, not
+                # an aborted connection. A server already gone is no reason to stop.
+                await pool.clear()
+            pool.close()
+            await pool.wait_closed()  # a connection still in use closes on its return
+    except Exception:  # TimeoutError (one never came back), or a pool in a bad state
+        with contextlib.suppress(Exception):
+            pool.terminate()  # close those where they are
+    # A closed transport ends on the loop's next pass: take it now, before the
+    # loop closes with the socket still open ("unclosed transport").
+    await asyncio.sleep(0)
+
+
+def abandon_pool(pool: Any) -> None:
+    """Close the sockets of a pool whose loop was closed without shutting the pool down.
+
+    Nothing may go through that loop (it raises "Event loop is closed"), so
+    each socket is closed directly and its connection and transport marked
+    closed, or they would warn when collected.
+    """
+    for conn in [*pool._free, *pool._used]:
+        writer = conn._writer
+        conn._writer = conn._reader = None  # aiomysql's "closed"
+        transport = getattr(writer, "transport", None)
+        if transport is None:
+            continue
+        with contextlib.suppress(RuntimeError):
+            transport.close()  # marks it closing; ending it on the closed loop then raises
+        sock = getattr(transport, "_sock", None)
+        if sock is not None:
+            transport._sock = None
+            sock.close()
+    pool._free.clear()
+    pool._used.clear()

@@ -1,0 +1,248 @@
+"""The per-loop pools' edge cases: pools of other loops, no loop, loops closed by hand, failures.
+
+Also what loaders made per request share, and SQLite closing its connections
+when collected. The everyday uses are in tests/contrib/test_sql_lazy.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sqlite3
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+import aiomysql
+import pytest
+from contrib_helpers import closed_port
+from sql_lazy_helpers import make_items, open_pools, quiet, server_connections
+
+import batchy
+from batchy_contrib import mysql, sqlite
+
+
+def test_a_pool_made_under_asyncio_run_says_how_to_fix_it(mysql_url: str) -> None:
+    # The old way: a pool made at startup with asyncio.run, then batchy.run per
+    # request. Before from_url it failed with "RuntimeError: Event loop is closed",
+    # reported as a failed query.
+    db = asyncio.run(mysql.connect(mysql_url, maxsize=2))
+    items = db.one("lazy_items")
+    with quiet() as problems, pytest.raises(batchy.LoaderError) as info:
+        batchy.run(items(1))
+    assert "Event loop is closed" not in str(info.value)
+    assert str(info.value) == (
+        f"loader 'lazy_items_by_id' raised EventLoopError: the aiomysql pool for {db.host} "
+        "was made in an event loop that has closed since (asyncio.run(mysql.connect(...)) at "
+        "startup, then batchy.run(...) per request?), and a connection works only in the loop "
+        "that opened it; declare the database with mysql.Database.from_url(url) instead of "
+        "mysql.connect(url): it opens a pool per event loop on first use and closes it with "
+        "its loop while loading keys [1]"
+    )
+    assert type(info.value.__cause__).__name__ == "EventLoopError"
+    assert isinstance(info.value.__cause__, mysql.EventLoopError)
+    assert problems == []  # its sockets were closed, not left to warn when collected
+
+
+def test_a_pool_of_another_running_loop_is_refused(mysql_url: str) -> None:
+    home = asyncio.new_event_loop()
+    thread = threading.Thread(target=home.run_forever)
+    thread.start()
+    try:
+        db = asyncio.run_coroutine_threadsafe(mysql.connect(mysql_url, maxsize=1), home).result()
+        with pytest.raises(mysql.EventLoopError) as info:
+            batchy.run(db.fetch("SELECT 1"))
+        assert str(info.value).startswith(
+            f"the aiomysql pool for {db.host} was made in another event loop (another "
+            "thread's, or one not running now), and a connection works only in the loop "
+            "that opened it; declare the database with mysql.Database.from_url(url)"
+        )
+        asyncio.run_coroutine_threadsafe(db.close(), home).result()
+    finally:
+        home.call_soon_threadsafe(home.stop)
+        thread.join()
+        home.close()
+
+
+@pytest.mark.parametrize("store", ["sqlite", "mysql"])
+def test_with_no_event_loop_the_error_names_the_fix(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    if store == "sqlite":
+        db: Any = sqlite.Database(str(tmp_path / "lazy.db"))
+    else:
+        db = mysql.Database.from_url(request.getfixturevalue("mysql_url"))
+    items = db.one("lazy_items")
+    pending = items(1)  # a plain call from sync code, outside batchy.run
+    with pytest.raises(batchy.UsageError, match=r"run it with batchy\.run\(\.\.\.\)"):
+        pending.result()
+    statement = db.fetch("SELECT 1")
+    with pytest.raises(sqlite.EventLoopError) as info:
+        statement.send(None)  # driven by hand: no asyncio loop runs it
+    where = f"MySQL database at {db.host}" if db.kind == "MySQL" else "SQLite database"
+    assert str(info.value).startswith(f"the {where}")
+    assert str(info.value).endswith(
+        "was used with no running asyncio event loop. From sync code (a Flask or Django "
+        "view, a script), run the handler with batchy.run(handler(...)); in async code, "
+        "await it."
+    )
+    statement.close()
+    if store == "sqlite":
+        db.close_now()
+
+
+def test_a_loop_closed_by_hand_leaves_its_pool_to_the_next_loop(mysql_url: str) -> None:
+    db = mysql.Database.from_url(mysql_url, maxsize=2)
+    loop = asyncio.new_event_loop()
+    assert loop.run_until_complete(db.fetch("SELECT 1 AS one")) == [{"one": 1}]
+    loop.close()  # without shutdown_asyncgens(): nothing closed the pool
+    assert open_pools(db) == 1
+    with quiet() as problems:
+        assert batchy.run(db.fetch("SELECT 2 AS two")) == [{"two": 2}]
+        del loop
+    assert problems == []  # the dead loop's sockets were closed without using that loop
+    assert open_pools(db) == 0 and server_connections(db) == 0
+
+
+async def test_concurrent_first_calls_open_one_pool(
+    mysql_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = []
+    real = aiomysql.create_pool
+
+    async def create_pool(**options: Any) -> Any:
+        opened.append(options)
+        await asyncio.sleep(0.05)  # every loader of the round asks meanwhile
+        return await real(**options)
+
+    monkeypatch.setattr(aiomysql, "create_pool", create_pool)
+    db = mysql.Database.from_url(mysql_url, maxsize=4)
+    one, two = db.one("nope_one"), db.one("nope_two")
+    async with batchy.scope():
+        results = await batchy.gather(one(1), two(1), return_exceptions=True)
+    assert len(opened) == 1  # one opening, shared by both batches of the round
+    assert all(isinstance(r, mysql.QueryRejectedError) for r in results)  # tables are missing
+    assert db.pool is not None and open_pools(db) == 1
+    await db.close()  # this loop's pool; the database stays usable
+    assert db.pool is None and open_pools(db) == 0
+    assert await db.fetch("SELECT 3 AS three") == [{"three": 3}]
+    assert len(opened) == 2
+    await db.close()
+
+
+async def test_a_server_that_is_down_fails_each_call_and_the_next_one_retries() -> None:
+    port = closed_port()
+    db = mysql.Database.from_url(f"mysql://root@127.0.0.1:{port}/test", timeout=5)
+    users = db.one("users")
+    for _ in range(2):
+        with pytest.raises(mysql.ConnectionLostError) as info:
+            async with batchy.scope():
+                await users(1)
+        assert str(info.value).startswith(
+            f"loader 'users_by_id' cannot reach MySQL at 127.0.0.1:{port} (OperationalError: "
+            "(2003, "
+        )
+        assert open_pools(db) == 0  # nothing kept: the next call connects again
+
+
+async def test_a_batch_opening_a_connection_survives_a_garbage_collection(
+    mysql_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = aiomysql.pool.connect
+
+    async def slow_connect(**options: Any) -> Any:
+        # As during a real handshake, what the task waits on is held only by this
+        # frame (asyncio's stream protocol holds its reader weakly), and the loop
+        # holds tasks weakly: nothing outside the task keeps it alive.
+        loop = asyncio.get_running_loop()
+        handshake = loop.create_future()
+        ref = weakref.ref(handshake)
+        loop.call_later(0.1, lambda: (f := ref()) is not None and f.set_result(None))
+        await handshake
+        return await real(**options)
+
+    async def collect() -> None:
+        await asyncio.sleep(0.05)
+        gc.collect()
+
+    monkeypatch.setattr(aiomysql.pool, "connect", slow_connect)
+    # timeout=None: with a timeout, its timer holds the task anyway.
+    db = mysql.Database.from_url(mysql_url, minsize=0, maxsize=2, timeout=None)
+    ones = db.query("SELECT id FROM (SELECT 1 AS id) AS t WHERE id IN {keys}", key="id")
+    collector = asyncio.ensure_future(collect())
+    async with batchy.scope():
+        assert await asyncio.wait_for(ones(1), 5) == {"id": 1}  # the batch's task
+    await collector
+    await db.close()
+
+    # A task nobody keeps (aiodataloader dispatches its batches so) calling fetch.
+    done = asyncio.Event()
+    rows: list[Any] = []
+
+    async def fetch() -> None:
+        rows.extend(await db.fetch("SELECT 2 AS two"))
+        done.set()
+
+    asyncio.ensure_future(fetch())  # noqa: RUF006 - unreferenced on purpose
+    collector = asyncio.ensure_future(collect())
+    await asyncio.wait_for(done.wait(), 5)
+    assert rows == [{"two": 2}]
+    await collector
+    await db.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"url": "postgres://x@y/z"}, "takes a URL like 'mysql://user:password@host:3306/"),
+        ({"minsize": 5, "maxsize": 2}, "got minsize=5 above maxsize=2"),
+        ({"maxsize": -1}, "needs minsize and maxsize as ints >= 0, got minsize=1, maxsize=-1"),
+    ],
+)
+def test_from_url_checks_its_arguments_at_once(options: dict[str, Any], message: str) -> None:
+    url = options.pop("url", "mysql://root@127.0.0.1:3306/test")
+    with pytest.raises(batchy.UsageError, match=r"^mysql\.Database\.from_url\(\) ") as info:
+        mysql.Database.from_url(url, **options)
+    assert message in str(info.value)
+
+
+# -- loaders made per request ----------------------------------------------------------
+
+
+async def test_loaders_made_per_request_share_what_the_column_holds(db: Any) -> None:
+    # Module-level loaders learn once that a key column returns ints, and then
+    # send the plain IN list; loaders made per request learn it from the database.
+    await make_items(db)
+    sent: list[str] = []
+    rows = db._rows
+
+    async def recording(sql: str, params: Any, *, repeat: int = 1) -> Any:
+        sent.append(sql)
+        return await rows(sql, params, repeat=repeat)
+
+    db._rows = recording
+    for _ in range(3):
+        items = db.one("lazy_items")  # a new loader per request
+        async with batchy.scope():
+            assert (await items(7))["label"] == "item7"
+    assert ["batchy__pos" in sql for sql in sent] == [True, False, False]
+    groups = db.many("lazy_items", "grp")  # another column: learnt on its own
+    async with batchy.scope():
+        assert len(await groups(2)) == 10
+    assert "batchy__pos" in sent[-1]
+
+
+# -- SQLite's connections ---------------------------------------------------------------
+
+
+def test_an_sqlite_database_closes_its_connections_when_collected(tmp_path: Path) -> None:
+    db = sqlite.Database(str(tmp_path / "gc.db"), threads=2)
+    assert batchy.run(db.fetch("SELECT 1 AS one")) == [{"one": 1}]
+    conns = list(db._conns)
+    assert conns
+    del db
+    gc.collect()
+    for conn in conns:  # closed, so Python 3.13 has no unclosed database to warn about
+        with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
+            conn.execute("SELECT 1")
