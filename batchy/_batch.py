@@ -125,7 +125,7 @@ class Batch:
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 raise  # the process decides, not the scheduler
             return
-        self.sched.batch_started()
+        self.sched.batch_started(afut)
 
         def done(af: asyncio.Future[Any]) -> None:
             # Called by the event loop: it must not raise, and must always count
@@ -141,7 +141,7 @@ class Batch:
                 if self._chunks:
                     self._start(*self._chunks.pop())
             finally:
-                self.sched.batch_finished()
+                self.sched.batch_finished(af)
 
         afut.add_done_callback(done)
 

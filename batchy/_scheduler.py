@@ -121,7 +121,7 @@ class Scheduler:
         # Our queued wake-up, if any, held weakly: a handle refers to its loop, and a
         # strong one here would keep a closed loop (and this scheduler) alive.
         self._handle: weakref.ref[asyncio.Handle] | None = None
-        self._inflight = 0
+        self._inflight: set[asyncio.Future[Any]] = set()  # batch calls running
         # Tasks started and not finished. Counted, not kept: batchy.run looks for
         # the tasks themselves only when this is not 0 at its end (rare), so the
         # hot path pays one integer update per task.
@@ -159,12 +159,15 @@ class Scheduler:
         if not self._running and not self._scheduled:
             self._schedule()
 
-    def batch_started(self) -> None:
-        self._inflight += 1
+    def batch_started(self, call: asyncio.Future[Any]) -> None:
+        # Held here until it ends: asyncio keeps only weak references to tasks, and
+        # a call awaiting something only its own frame holds would be collected
+        # mid-flight, its keys left waiting forever.
+        self._inflight.add(call)
 
-    def batch_finished(self) -> None:
+    def batch_finished(self, call: asyncio.Future[Any]) -> None:
         """A batch call finished and resolved its futures: run what it woke, now."""
-        self._inflight -= 1
+        self._inflight.discard(call)
         if not self._running:
             self.run()
 
