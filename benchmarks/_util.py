@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import gc
+import json
 import statistics
+import subprocess
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from queue import Empty, SimpleQueue
 from typing import Any
 
 
@@ -72,3 +77,55 @@ def median_times(
             fn()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def measure_latency_worker(
+    name: str, cmd: list[str], client: Callable[[], Any], *, cwd: Any, env: Any = None
+) -> dict[Any, Any]:
+    """Run a latency worker process: wait for its "ready" line, run ``client()`` (which
+    enqueues and returns the rate it reached), read the worker's JSON lags, and return
+    ``{"reached": ..., phase: (p50, p99), ...}`` in seconds."""
+    lines: SimpleQueue[str] = SimpleQueue()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=err, text=True
+        )  # fmt: skip
+
+        def read() -> None:
+            if proc.stdout is not None:
+                for line in proc.stdout:
+                    lines.put(line)
+            lines.put("")  # the worker exited
+
+        def expect(prefix: str, timeout: float) -> str:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except Empty:
+                    line = ""
+                if line.startswith(prefix):
+                    return line
+                if not line:
+                    err.seek(0)
+                    tail = err.read()[-3000:]
+                    raise RuntimeError(f"{name} latency worker: no {prefix!r}:\n{tail}")
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            expect("ready", 60)
+            reached = client()
+            lags = {int(k): v for k, v in json.loads(expect("{", 60))["lags"].items()}
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    row: dict[Any, Any] = {"reached": reached}
+    for phase, values in lags.items():
+        cuts = statistics.quantiles(values, n=100)
+        row[phase] = (statistics.median(values), cuts[98])
+    return row

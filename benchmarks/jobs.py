@@ -30,19 +30,16 @@ import contextlib
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from queue import Empty, SimpleQueue
 from typing import Any
 
-from benchmarks._util import ratio, table
+from benchmarks._util import measure_latency_worker, ratio, table
 
 REDIS_URL = "redis://127.0.0.1:6379/12"
 MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": "", "db": "test"}
@@ -503,50 +500,10 @@ def _measure_latency(system: str, store: str) -> dict[str, Any]:
         cmd = [sys.executable, "-m", "benchmarks.jobs", "--worker", system, "lat", str(total)]
         cmd.append(store)
     env = {**os.environ, "PYTHONPATH": str(root), "BATCHY_BENCH_LAG_TOTAL": str(total)}
-    lines: SimpleQueue[str] = SimpleQueue()
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(
-            cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=err, text=True
-        )  # fmt: skip
-
-        def read() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.put(line)
-            lines.put("")  # the worker exited
-
-        def expect(prefix: str, timeout: float) -> str:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-                except Empty:
-                    line = ""
-                if line.startswith(prefix):
-                    return line
-                if not line:
-                    err.seek(0)
-                    tail = err.read()[-3000:]
-                    raise RuntimeError(f"{system} latency worker: no {prefix!r}:\n{tail}")
-
-        threading.Thread(target=read, daemon=True).start()
-        try:
-            expect("ready", 60)
-            reached = asyncio.run(_latency_client(system, store))
-            lags = {int(k): v for k, v in json.loads(expect("{", 60))["lags"].items()}
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    row = measure_latency_worker(
+        system, cmd, lambda: asyncio.run(_latency_client(system, store)), cwd=root, env=env
+    )
     _reset(store)
-    row: dict[str, Any] = {"reached": reached}
-    for phase, values in lags.items():
-        cuts = statistics.quantiles(values, n=100)
-        row[phase] = (statistics.median(values), cuts[98])
     return row
 
 

@@ -48,19 +48,15 @@ import json
 import logging
 import os
 import random
-import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from queue import Empty, SimpleQueue
 from typing import Any
 
-from benchmarks._util import ratio, table
+from benchmarks._util import measure_latency_worker, ratio, table
 
 SERVER = os.environ.get("BATCHY_BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 USERS_DB = "bench_pg_users"
@@ -498,47 +494,9 @@ def _measure_latency(system: str) -> dict[str, Any]:
     total = sum(int(r * LATENCY_SECONDS) for r in LATENCY_RATES) + DELAYED_N
     root = Path(__file__).resolve().parent.parent
     cmd = [sys.executable, "-m", "benchmarks.postgres", "--worker", system, "lat", str(total)]
-    lines: SimpleQueue[str] = SimpleQueue()
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=err, text=True)
-
-        def read() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.put(line)
-            lines.put("")  # the worker exited
-
-        def expect(prefix: str, timeout: float) -> str:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-                except Empty:
-                    line = ""
-                if line.startswith(prefix):
-                    return line
-                if not line:
-                    err.seek(0)
-                    tail = err.read()[-3000:]
-                    raise RuntimeError(f"{system} latency worker: no {prefix!r}:\n{tail}")
-
-        threading.Thread(target=read, daemon=True).start()
-        try:
-            expect("ready", 60)
-            reached = asyncio.run(_latency_client(system))
-            lags = {int(k): v for k, v in json.loads(expect("{", 60))["lags"].items()}
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    row: dict[str, Any] = {"reached": reached}
-    for phase, values in lags.items():
-        cuts = statistics.quantiles(values, n=100)
-        row[phase] = (statistics.median(values), cuts[98])
+    row = measure_latency_worker(
+        system, cmd, lambda: asyncio.run(_latency_client(system)), cwd=root
+    )
     return row
 
 
