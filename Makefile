@@ -33,6 +33,7 @@ pytest: $(STAMP) services
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@! grep -rl -e 'class="system-message"' -e 'class="problematic"' docs/_build/html || (echo 'error boxes in the rendered docs (above)'; exit 1)
 
 examples: $(STAMP)
 	$(BIN)/python examples/blog.py --quiet
