@@ -44,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "blog"
 import blog_seed
 import blog_views
 
-from batchy_contrib import memcache, mysql, sqlite
+from batchy_contrib.cache import memcache
+from batchy_contrib.sql import mysql, sqlite
 
 POSTS, COMMENTS, USERS = 50, 20, 100
 POST_IDS = list(range(1, POSTS + 1))

@@ -265,7 +265,7 @@ def _worker_rq(scenario: str, n: int) -> dict[str, float]:
 
 def _batchy_backend(store: str) -> Any:
     if store == "redis":
-        from batchy_contrib.redis_jobs import RedisBackend
+        from batchy_contrib.jobs.redis import RedisBackend
 
         return RedisBackend(REDIS_URL)
     from batchy.jobs import SQLiteBackend

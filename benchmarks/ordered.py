@@ -33,7 +33,7 @@ ROWS = 100_000
 
 def _backend(store: str) -> Backend:
     if store == "redis":
-        from batchy_contrib.redis_jobs import RedisBackend
+        from batchy_contrib.jobs.redis import RedisBackend
 
         return RedisBackend(REDIS_URL, prefix=f"bench-ordered:{uuid.uuid4().hex[:8]}:")
     path = Path(tempfile.mkdtemp(prefix="batchy-bench-ordered-")) / "jobs.db"

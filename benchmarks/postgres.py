@@ -112,7 +112,7 @@ async def _select_one(uid: int) -> Any:
 def batchy_queue() -> Any:
     import batchy
     from batchy.jobs import Queue
-    from batchy_contrib.postgres_jobs import PostgresBackend
+    from batchy_contrib.jobs.postgres import PostgresBackend
 
     queue = Queue(PostgresBackend(dsn(system_db("batchy")), pool_size=10))
 

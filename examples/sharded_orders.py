@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import batchy
 from batchy.jobs import Queue, Worker
-from batchy_contrib import mysql
+from batchy_contrib.sql import mysql
 
 warnings.filterwarnings("ignore", module="aiomysql")
 

@@ -116,11 +116,11 @@ def is_postgres(store: str) -> bool:
 
 def open_backend(store: str, prefix: str) -> Backend:
     if store.startswith("redis://"):
-        from batchy_contrib.redis_jobs import RedisBackend
+        from batchy_contrib.jobs.redis import RedisBackend
 
         return RedisBackend(store, prefix=prefix)
     if is_postgres(store):
-        from batchy_contrib.postgres_jobs import PostgresBackend
+        from batchy_contrib.jobs.postgres import PostgresBackend
 
         return PostgresBackend(store, schema=prefix)  # on PostgreSQL the prefix is the schema
     return SQLiteBackend(store)

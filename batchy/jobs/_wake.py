@@ -2,7 +2,7 @@
 
 A wake-up names a queue and means "a job may be ready there (or a new due time
 was set)". Two rules keep it cheap and safe, as on Redis (see
-:mod:`batchy_contrib.redis_jobs`):
+:mod:`batchy_contrib.jobs.redis`):
 
 - one wake-up wakes one idle worker, not all of them (no thundering herd); the
   store's ``cycle`` passes it on when the worker that took it left ready jobs

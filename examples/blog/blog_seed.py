@@ -71,10 +71,10 @@ async def seed(
 async def open_db(mysql_url: str | None, sqlite_path: str | None) -> Any:
     """A batchy_contrib database for ``--mysql URL`` or ``--sqlite PATH``."""
     if mysql_url:
-        from batchy_contrib import mysql
+        from batchy_contrib.sql import mysql
 
         return await mysql.connect(mysql_url, minsize=4, maxsize=4)
-    from batchy_contrib import sqlite
+    from batchy_contrib.sql import sqlite
 
     return sqlite.Database(sqlite_path or "blog.db")
 

@@ -2,7 +2,7 @@
 
 1. naive: one query per row, 2 + 2N per post;
 2. batchy loaders on the database: one query per loader per round, 4 in 3 rounds;
-3. the same loaders with memcached in front (``batchy_contrib.memcache.cached``).
+3. the same loaders with memcached in front (``batchy_contrib.cache.memcache.cached``).
 
 The handlers are the same for 2 and 3: only the loaders in :class:`Blog` change.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import batchy
-from batchy_contrib import memcache
+from batchy_contrib.cache import memcache
 
 Row = dict[str, Any]
 

@@ -9,7 +9,7 @@ import uuid
 
 import batchy
 from batchy.testing import record
-from batchy_contrib import memcache
+from batchy_contrib.cache import memcache
 
 USERS = {1: {"id": 1, "name": "ada"}, 2: {"id": 2, "name": "bob"}}
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import batchy
-from batchy_contrib import memcache
+from batchy_contrib.cache import memcache
 
 
 @dataclass(eq=False)

@@ -15,7 +15,7 @@ import warnings
 from typing import Any
 
 import batchy
-from batchy_contrib import mysql, sqlite
+from batchy_contrib.sql import mysql, sqlite
 
 warnings.filterwarnings("ignore", module="aiomysql")  # "Unknown table" on DROP IF EXISTS
 

@@ -9,7 +9,7 @@ import warnings
 
 import batchy
 from batchy.testing import record
-from batchy_contrib import mysql
+from batchy_contrib.sql import mysql
 
 # aiomysql turns the server's notes ("Unknown table" on DROP IF EXISTS, a string key
 # compared with an INT column) into Python warnings; they are harmless here.

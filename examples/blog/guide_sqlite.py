@@ -6,7 +6,7 @@ import tempfile
 from dataclasses import dataclass
 
 import batchy
-from batchy_contrib import sqlite
+from batchy_contrib.sql import sqlite
 
 
 @dataclass

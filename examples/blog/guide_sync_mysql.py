@@ -8,7 +8,7 @@ import warnings
 
 import batchy
 from batchy.testing import record
-from batchy_contrib import mysql
+from batchy_contrib.sql import mysql
 
 # aiomysql turns the server's notes ("Unknown table" on DROP IF EXISTS) into warnings.
 warnings.filterwarnings("ignore", module="aiomysql")

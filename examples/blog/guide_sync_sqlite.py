@@ -10,7 +10,7 @@ import tempfile
 
 import batchy
 from batchy.testing import record
-from batchy_contrib import sqlite
+from batchy_contrib.sql import sqlite
 
 TMP = tempfile.mkdtemp()
 PATH = sys.argv[1] if len(sys.argv) > 1 else os.path.join(TMP, "app.db")

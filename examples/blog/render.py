@@ -59,12 +59,12 @@ class SQLiteStatements:
 async def open_db(args: argparse.Namespace) -> tuple[Any, Any, str]:
     """(database, an async function reading the server's statement count, a description)."""
     if args.mysql:
-        from batchy_contrib import mysql
+        from batchy_contrib.sql import mysql
 
         db = await mysql.connect(args.mysql, minsize=4, maxsize=4)
         how = f"MariaDB/MySQL at {db.host}; queries = server's Questions counter"
         return db, db.questions, how
-    from batchy_contrib import sqlite
+    from batchy_contrib.sql import sqlite
 
     traced = SQLiteStatements()
     path = args.sqlite or os.path.join(tempfile.mkdtemp(prefix="batchy-blog-"), "blog.db")
@@ -128,7 +128,7 @@ async def amain(args: argparse.Namespace) -> int:
             await measure("batchy", lambda: blog_views.render_batchy(blog, post_ids), questions),
         ]
         if args.memcache:
-            from batchy_contrib import memcache
+            from batchy_contrib.cache import memcache
 
             client = memcache.connect(args.memcache)
             # A fresh namespace: the first render is cold whatever the cache holds.

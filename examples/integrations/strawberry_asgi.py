@@ -26,8 +26,8 @@ from blog_db import comments_by_post, feed_posts, users_by_id
 from strawberry.asgi import GraphQL
 from strawberry.extensions import SchemaExtension
 
-from batchy_contrib.asgi import BatchyMiddleware
-from batchy_contrib.strawberry import BatchyExtension, execution_context_class
+from batchy_contrib.graphql.strawberry import BatchyExtension, execution_context_class
+from batchy_contrib.web.asgi import BatchyMiddleware
 
 
 @strawberry.type

@@ -26,8 +26,8 @@ from strawberry.extensions import SchemaExtension
 from strawberry.flask.views import GraphQLView
 from werkzeug.serving import make_server
 
-from batchy_contrib.flask import Batchy
-from batchy_contrib.strawberry import BatchyExtension, execution_context_class
+from batchy_contrib.graphql.strawberry import BatchyExtension, execution_context_class
+from batchy_contrib.web.flask import Batchy
 
 # Generator resolvers: yield what they wait for, one key at a time; batchy runs
 # them as handlers, so the keys of one level meet in one batch.

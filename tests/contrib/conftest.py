@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from batchy_contrib import mysql, sqlite
+from batchy_contrib.sql import mysql, sqlite
 
 HERE = Path(__file__).resolve().parent
 BLOG = HERE.parents[1] / "examples" / "blog"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from batchy_contrib import mysql
+from batchy_contrib.sql import mysql
 
 
 class Statements:

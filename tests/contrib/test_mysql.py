@@ -13,8 +13,8 @@ from contrib_helpers import closed_port
 
 import batchy
 from batchy.testing import record
-from batchy_contrib import mysql
-from batchy_contrib.mysql import DataSourceError
+from batchy_contrib.sql import mysql
+from batchy_contrib.sql.mysql import DataSourceError
 
 
 async def make_items(db: mysql.Database, n: int = 50) -> None:
@@ -83,7 +83,8 @@ async def test_connect_to_a_closed_port_names_the_host() -> None:
     with pytest.raises(Exception) as info:
         await mysql.connect(f"mysql://root@127.0.0.1:{port}/test")
     assert (
-        f"batchy_contrib.mysql.connect() could not reach 127.0.0.1:{port}" in info.value.__notes__
+        f"batchy_contrib.sql.mysql.connect() could not reach 127.0.0.1:{port}"
+        in info.value.__notes__
     )
 
 

@@ -11,8 +11,8 @@ from contrib_helpers import statements
 
 import batchy
 from batchy.testing import record
-from batchy_contrib import mysql
-from batchy_contrib.mysql import DataSourceError
+from batchy_contrib.sql import mysql
+from batchy_contrib.sql.mysql import DataSourceError
 
 PEOPLE = [(1, "ada", "red"), (2, "bob", "blue"), (3, "cy", "red"), (4, "dee", "blue")]
 PETS = [(10, 1, "rex"), (11, 1, "tom"), (12, 3, "kit"), (13, 1, "ace")]
@@ -255,7 +255,7 @@ async def test_failed_keys_are_retried_after_the_table_appears(db: Any) -> None:
 
 
 def test_sqlite_threads_must_be_positive() -> None:
-    from batchy_contrib import sqlite
+    from batchy_contrib.sql import sqlite
 
     with pytest.raises(
         batchy.UsageError, match=r"sqlite.Database threads= must be a positive int, got 0"
@@ -264,7 +264,7 @@ def test_sqlite_threads_must_be_positive() -> None:
 
 
 async def test_sqlite_file_that_cannot_be_opened(tmp_path: Any) -> None:
-    from batchy_contrib import sqlite
+    from batchy_contrib.sql import sqlite
 
     path = str(tmp_path / "no" / "such" / "dir.db")
     db = sqlite.Database(path)
@@ -278,7 +278,7 @@ async def test_sqlite_file_that_cannot_be_opened(tmp_path: Any) -> None:
 
 
 async def test_sqlite_in_memory_uses_one_connection() -> None:
-    from batchy_contrib import sqlite
+    from batchy_contrib.sql import sqlite
 
     db = sqlite.Database(":memory:", threads=8)
     await db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")

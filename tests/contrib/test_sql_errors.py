@@ -13,14 +13,14 @@ import pytest
 from contrib_helpers import closed_port
 
 import batchy
-from batchy_contrib import mysql, sqlite
-from batchy_contrib.mysql import (
+from batchy_contrib.sql import mysql, sqlite
+from batchy_contrib.sql.mysql import (
     ConnectionLostError,
     DataSourceError,
     QueryInterruptedError,
     QueryRejectedError,
 )
-from batchy_contrib.sqlite import DatabaseOpenError
+from batchy_contrib.sql.sqlite import DatabaseOpenError
 
 
 async def load(loader: batchy.Loader[Any, Any], *keys: Any) -> list[Any]:
@@ -231,7 +231,7 @@ async def test_a_file_that_is_not_a_database_says_so(tmp_path: Path) -> None:
 
 
 def test_every_error_is_a_data_source_error() -> None:
-    from batchy_contrib import _source
+    from batchy_contrib import errors as _source
 
     for name in _source.__all__:
         cls = getattr(_source, name)

@@ -1,14 +1,12 @@
-"""The SQL guides' collation example runs and prints what the docs show; the SQL modules' layering."""
+"""The SQL guides' collation example runs and prints what the docs show."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import blog_views
-import pytest
 
 import batchy_contrib
 
@@ -51,16 +49,3 @@ def test_the_guides_show_the_examples_output() -> None:
         assert "guide_collations.py" in text
         for line in lines:
             assert line in text, (guide, line)
-
-
-@pytest.mark.parametrize("name", ["_sql_build", "_sql_errors", "_sql_match"])
-def test_only_the_public_engine_api(name: str) -> None:
-    # tests/contrib/test_layering.py checks the older modules the same way.
-    tree = ast.parse(Path(batchy_contrib.__file__).with_name(f"{name}.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            assert not node.module.startswith("batchy._"), f"{name}: from {node.module}"
-            if node.module == "batchy":
-                assert all(not a.name.startswith("_") for a in node.names)
-        if isinstance(node, ast.Import):
-            assert all(not a.name.startswith("batchy._") for a in node.names)

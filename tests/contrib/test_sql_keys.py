@@ -15,8 +15,8 @@ from packaging.requirements import Requirement
 
 import batchy
 from batchy.testing import record
-from batchy_contrib import mysql, sqlite
-from batchy_contrib.sqlite import KeyEncodingError
+from batchy_contrib.sql import mysql, sqlite
+from batchy_contrib.sql.sqlite import KeyEncodingError
 
 PEOPLE = [(1, "ada"), (2, "bob"), (3, "cy")]
 ACCEPTED = {

@@ -39,7 +39,7 @@ from sql_lazy_helpers import (
 import batchy
 from batchy.jobs import MemoryBackend, Queue, Worker
 from batchy.testing import record
-from batchy_contrib import mysql, sqlite
+from batchy_contrib.sql import mysql, sqlite
 
 
 @pytest.fixture(params=["sqlite", "mysql"])

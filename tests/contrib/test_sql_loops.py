@@ -20,7 +20,7 @@ from contrib_helpers import closed_port
 from sql_lazy_helpers import make_items, open_pools, quiet, server_connections
 
 import batchy
-from batchy_contrib import mysql, sqlite
+from batchy_contrib.sql import mysql, sqlite
 
 
 def test_a_pool_made_under_asyncio_run_says_how_to_fix_it(mysql_url: str) -> None:

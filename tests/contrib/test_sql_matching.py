@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import batchy
 from batchy.testing import record
-from batchy_contrib import mysql, sqlite
-from batchy_contrib.sqlite import KeyTypeWarning
+from batchy_contrib.sql import mysql, sqlite
+from batchy_contrib.sql.sqlite import KeyTypeWarning
 
 # A case-insensitive column on each backend; MySQL's is accent-insensitive too.
 CI = {"sqlite": "TEXT COLLATE NOCASE", "mysql": "VARCHAR(50) COLLATE utf8mb4_general_ci"}

@@ -7,7 +7,7 @@ import time
 import pytest
 from graphql import build_schema, parse, specified_rules, validate
 
-from batchy_contrib.graphql_limits import Limits
+from batchy_contrib.graphql.limits import Limits
 
 SCHEMA = build_schema(
     """
@@ -300,7 +300,7 @@ def test_the_guides_endpoint_settings() -> None:
     schema = make_nodes()
     # [limits-example-start]
     from batchy_contrib.graphql import graphql_sync
-    from batchy_contrib.graphql_limits import Limits
+    from batchy_contrib.graphql.limits import Limits
 
     PUBLIC = Limits.public()  # anyone may send a query
     INTERNAL = Limits.internal(time_budget=30.0)  # trusted clients, with one change

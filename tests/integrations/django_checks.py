@@ -25,7 +25,7 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 
 import batchy
-from batchy_contrib import django as bd
+from batchy_contrib.web import django as bd
 
 call_command("migrate", run_syncdb=True, verbosity=0)
 from blog.loaders import authors_by_id, post_view
@@ -70,7 +70,7 @@ def view(request: object) -> HttpResponse:
 bd.BatchyMiddleware(view)(RequestFactory().get("/"))
 [message] = seen
 assert message.startswith("blog.Author.pk: Django's ORM cannot run on this event loop"), message
-assert "batchy_contrib.django.run(...) instead of batchy.run(...)" in message
+assert "batchy_contrib.web.django.run(...) instead of batchy.run(...)" in message
 
 
 async def in_async() -> None:

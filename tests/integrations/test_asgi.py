@@ -15,8 +15,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import batchy
-from batchy_contrib.asgi import BatchyMiddleware, current_stats, run
-from batchy_contrib.fastapi import BatchyStats
+from batchy_contrib.web.asgi import BatchyMiddleware, current_stats, run
+from batchy_contrib.web.fastapi import BatchyStats
 
 CALLS: list[list[int]] = []
 

@@ -1,7 +1,7 @@
 """The Django integration in a real project, over real HTTP: WSGI and ASGI, SQLite and PostgreSQL.
 
 ``examples/integrations/django_blog`` serves the feed from a sync view
-(``batchy_contrib.django.run``) and an async view (``await``), through
+(``batchy_contrib.web.django.run``) and an async view (``await``), through
 ``BatchyMiddleware``; the server counts its SELECTs in ``X-SQL-Selects``.
 """
 

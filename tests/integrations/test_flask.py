@@ -11,7 +11,7 @@ import batchy
 
 flask = pytest.importorskip("flask")
 
-from batchy_contrib.flask import Batchy, run  # noqa: E402
+from batchy_contrib.web.flask import Batchy, run  # noqa: E402
 
 CALLS: list[list[int]] = []
 

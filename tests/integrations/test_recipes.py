@@ -52,3 +52,9 @@ def test_strawberry_flask(serve: Callable[..., str]) -> None:
     pytest.importorskip("strawberry", reason="strawberry needs graphql-core 3.3")
     pytest.importorskip("flask")
     check_feed(serve("strawberry_flask.py"))
+
+
+def test_ariadne_asgi(serve: Callable[..., str]) -> None:
+    pytest.importorskip("ariadne")
+    pytest.importorskip("uvicorn")
+    check_feed(serve("ariadne_asgi.py"))

@@ -9,12 +9,12 @@ import pytest
 strawberry = pytest.importorskip("strawberry", reason="strawberry needs graphql-core 3.3")
 
 import batchy  # noqa: E402
-from batchy_contrib.request_stats import track  # noqa: E402
-from batchy_contrib.strawberry import (  # noqa: E402
+from batchy_contrib.graphql.strawberry import (  # noqa: E402
     BatchyExtension,
     NotBatchedError,
     execution_context_class,
 )
+from batchy_contrib.web.request_stats import track  # noqa: E402
 
 
 @batchy.batched
@@ -59,6 +59,9 @@ def test_a_schema_not_on_batchy_is_refused_by_name(mode: str) -> None:
     assert result.data is None
     [error] = result.errors
     assert isinstance(error.original_error, NotBatchedError)
-    assert "execution_context_class=batchy_contrib.strawberry.execution_context_class" in str(error)
+    assert (
+        "execution_context_class=batchy_contrib.graphql.strawberry.execution_context_class"
+        in str(error)
+    )
     assert "StrawberryGraphQLCoreExecutionContext, which does not run on batchy" in str(error)
     assert "There is no current event loop" not in str(error)

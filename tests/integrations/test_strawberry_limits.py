@@ -9,8 +9,8 @@ import pytest
 strawberry = pytest.importorskip("strawberry", reason="strawberry needs graphql-core 3.3")
 
 import batchy  # noqa: E402
-from batchy_contrib.graphql_limits import Limits  # noqa: E402
-from batchy_contrib.strawberry import schema_options  # noqa: E402
+from batchy_contrib.graphql.limits import Limits  # noqa: E402
+from batchy_contrib.graphql.strawberry import schema_options  # noqa: E402
 
 
 @strawberry.type
@@ -52,6 +52,6 @@ async def test_the_time_budget_ends_a_slow_request() -> None:
 
 def test_limits_must_be_limits() -> None:
     with pytest.raises(
-        batchy.UsageError, match=r"expected a batchy_contrib\.graphql_limits\.Limits"
+        batchy.UsageError, match=r"expected a batchy_contrib\.graphql\.limits\.Limits"
     ):
         schema_options({"max_depth": 3})  # type: ignore[arg-type]

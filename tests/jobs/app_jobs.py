@@ -14,11 +14,11 @@ LOG = os.environ.get("BATCHY_TEST_LOG", os.devnull)
 
 backend: Backend
 if STORE.startswith("redis://"):
-    from batchy_contrib.redis_jobs import RedisBackend
+    from batchy_contrib.jobs.redis import RedisBackend
 
     backend = RedisBackend(STORE, prefix=os.environ.get("BATCHY_TEST_PREFIX", "batchy:"))
 elif STORE.startswith(("postgresql://", "postgres://")):
-    from batchy_contrib.postgres_jobs import PostgresBackend
+    from batchy_contrib.jobs.postgres import PostgresBackend
 
     # The prefix is the test's own schema: the test drops it, and everything in it, after.
     backend = PostgresBackend(STORE, schema=os.environ.get("BATCHY_TEST_PREFIX", "batchy"))

@@ -53,7 +53,7 @@ async def backend(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Bac
     elif request.param == "sqlite":
         store = SQLiteBackend(tmp_path / "jobs.db")
     elif request.param == "postgres":
-        from batchy_contrib.postgres_jobs import PostgresBackend
+        from batchy_contrib.jobs.postgres import PostgresBackend
 
         store = PostgresBackend(
             request.getfixturevalue("postgres_dsn"),
@@ -61,7 +61,7 @@ async def backend(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Bac
         )
     else:
         host, port = request.getfixturevalue("redis_server")
-        from batchy_contrib.redis_jobs import RedisBackend
+        from batchy_contrib.jobs.redis import RedisBackend
 
         store = RedisBackend(
             f"redis://{host}:{port}/{REDIS_DB}", prefix=f"test:{uuid.uuid4().hex[:8]}:"

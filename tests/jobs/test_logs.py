@@ -201,7 +201,7 @@ async def test_a_store_down_at_start_is_waited_for(caplog: pytest.LogCaptureFixt
 
 @pytest.fixture
 async def rqueue(redis_server: tuple[str, int]) -> AsyncIterator[Queue]:
-    from batchy_contrib.redis_jobs import RedisBackend
+    from batchy_contrib.jobs.redis import RedisBackend
 
     host, port = redis_server
     backend = RedisBackend(f"redis://{host}:{port}/11", prefix=f"ltest:{uuid.uuid4().hex[:8]}:")

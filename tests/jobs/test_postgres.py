@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from batchy.jobs import Envelope, Outcome, Queue, Worker
-from batchy_contrib.postgres_jobs import PostgresBackend, SchemaVersionError
+from batchy_contrib.jobs.postgres import PostgresBackend, SchemaVersionError
 
 pytestmark = pytest.mark.timeout(60)
 

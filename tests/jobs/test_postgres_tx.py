@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from batchy.jobs import Envelope, Queue, Worker
-from batchy_contrib.postgres_jobs import PostgresBackend
+from batchy_contrib.jobs.postgres import PostgresBackend
 
 pytestmark = pytest.mark.timeout(60)
 

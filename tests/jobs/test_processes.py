@@ -361,7 +361,7 @@ def test_a_worker_whose_listen_connection_is_killed_listens_again(
     import psycopg
 
     from batchy.jobs import Queue
-    from batchy_contrib.postgres_jobs import PostgresBackend
+    from batchy_contrib.jobs.postgres import PostgresBackend
 
     app = App(postgres_dsn, tmp_path / "log.txt", postgres_schema)
     # The same store and job name as the worker's app: pushes from here, in microseconds

@@ -71,7 +71,7 @@ def test_exported_names() -> None:
 def test_jobs_use_only_public_engine_api() -> None:
     files = [
         *sorted((ROOT / "batchy" / "jobs").glob("*.py")),
-        ROOT / "batchy_contrib" / "redis_jobs.py",
+        *sorted((ROOT / "batchy_contrib" / "jobs").glob("*.py")),
     ]
     files.append(ROOT / "batchy" / "__main__.py")
     for path in files:

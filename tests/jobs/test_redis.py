@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 async def rqueue(redis_server: tuple[str, int]) -> AsyncIterator[Queue]:
-    from batchy_contrib.redis_jobs import RedisBackend
+    from batchy_contrib.jobs.redis import RedisBackend
 
     host, port = redis_server
     backend = RedisBackend(f"redis://{host}:{port}/11", prefix=f"rtest:{uuid.uuid4().hex[:8]}:")

@@ -151,7 +151,7 @@ import sys, time
 from batchy.jobs import Queue, SQLiteBackend
 store, prefix = sys.argv[1], sys.argv[2]
 if store.startswith("redis://"):
-    from batchy_contrib.redis_jobs import RedisBackend
+    from batchy_contrib.jobs.redis import RedisBackend
     backend = RedisBackend(store, prefix=prefix)
 else:
     backend = SQLiteBackend(store)
@@ -189,7 +189,7 @@ async def test_an_idle_worker_starts_a_job_enqueued_by_another_process(
 ) -> None:
     store, prefix = shared
     if store.startswith("redis://"):
-        from batchy_contrib.redis_jobs import RedisBackend
+        from batchy_contrib.jobs.redis import RedisBackend
 
         queue = Queue(RedisBackend(store, prefix=prefix))
     else:
@@ -224,7 +224,7 @@ async def test_an_idle_worker_has_one_blocking_command_in_redis(
 ) -> None:
     import redis.asyncio as aioredis
 
-    from batchy_contrib.redis_jobs import RedisBackend
+    from batchy_contrib.jobs.redis import RedisBackend
 
     host, port = redis_server
     name = f"wtest-{uuid.uuid4().hex[:8]}"

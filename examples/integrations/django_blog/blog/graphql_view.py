@@ -8,15 +8,15 @@ from typing import Any
 
 from graphene_django.views import GraphQLView
 
-from batchy_contrib.django import run
 from batchy_contrib.graphql import BatchyExecutionContext
+from batchy_contrib.web.django import run
 
 
 class BatchedGraphQLView(GraphQLView):
     execution_context_class = BatchyExecutionContext
 
     def execute_graphql_request(self, *args: Any, **kwargs: Any) -> Any:
-        # Execute on batchy_contrib.django.run's loop, so that the ORM loaders'
+        # Execute on batchy_contrib.web.django.run's loop, so that the ORM loaders'
         # queries come back to this thread (its connection, its transaction).
         return run(_finish(super().execute_graphql_request, *args, **kwargs))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import batchy
-from batchy_contrib.django import fk_loader, model_loader
+from batchy_contrib.web.django import fk_loader, model_loader
 
 from .models import Author, Comment, Post
 

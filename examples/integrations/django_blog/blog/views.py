@@ -6,12 +6,12 @@ from typing import Any
 
 from django.http import JsonResponse
 
-from batchy_contrib.django import run
+from batchy_contrib.web.django import run
 
 from .loaders import feed_view
 
 
-def feed(request: Any) -> JsonResponse:  # sync: batchy_contrib.django.run, no event loop here
+def feed(request: Any) -> JsonResponse:  # sync: batchy_contrib.web.django.run, no event loop here
     posts = run(feed_view(int(request.GET.get("first", 10))))
     return JsonResponse({"feed": posts, "batchy": request.batchy.as_dict()})
 

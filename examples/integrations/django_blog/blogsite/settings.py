@@ -14,7 +14,7 @@ INSTALLED_APPS = ["blog"]
 USE_TZ = True
 MIDDLEWARE = [
     "blog.sqlcount.CountSelects",
-    "batchy_contrib.django.BatchyMiddleware",  # one batchy scope per request
+    "batchy_contrib.web.django.BatchyMiddleware",  # one batchy scope per request
 ]
 BATCHY = {"LOG": True, "HEADER": "X-Batchy"}
 HAS_GRAPHENE = importlib.util.find_spec("graphene_django") is not None

@@ -15,7 +15,7 @@ import time
 
 from graphql import GraphQLError
 
-from .graphql_limits import Limits
+from .limits import Limits
 
 __all__ = ["Budget", "LimitStop"]
 

@@ -44,7 +44,7 @@ exactly one blocking command in Redis.
 
 ::
 
-    from batchy_contrib.redis_jobs import RedisBackend
+    from batchy_contrib.jobs.redis import RedisBackend
     queue = batchy.jobs.Queue(RedisBackend("redis://localhost:6379/1"))
 """
 

@@ -1,8 +1,8 @@
 """The PostgreSQL store of :mod:`batchy.jobs`: workers on many machines, a step one function call.
 
 Tables live in a schema of their own (``schema=``, default ``batchy``), created
-on first use and versioned (:mod:`batchy_contrib._postgres_schema`); the SQL is
-in :mod:`batchy_contrib._postgres_jobs_sql`. A job is a row of ``jobs``: waiting
+on first use and versioned (:mod:`batchy_contrib.jobs._postgres_schema`); the SQL is
+in :mod:`batchy_contrib.jobs._postgres_sql`. A job is a row of ``jobs``: waiting
 (``state 0``, claimable once ``due`` has passed), running (``state 1``, with an
 ``owner``, a ``lease`` expiry and a lease ``token``) or waiting behind the head
 of its ordering key (``state 2``). A claim never deletes a row, so a worker that
@@ -16,7 +16,7 @@ transaction: ``cycle`` applies the outcomes whose token still holds (all the
 of waiting for them, and never claim a row twice). Every time is the server's
 ``clock_timestamp()``; the caller's ``now`` only turns due times into offsets.
 
-Wake-ups are ``LISTEN``/``NOTIFY`` (:mod:`batchy_contrib._postgres_listen`): a
+Wake-ups are ``LISTEN``/``NOTIFY`` (:mod:`batchy_contrib.jobs._postgres_listen`): a
 push notifies on commit, an idle worker waits on its process's one listening
 connection, and also for the next due time or lease expiry of its queues.
 
@@ -27,7 +27,7 @@ worker then sees every row the transaction wrote.
 
 ::
 
-    from batchy_contrib.postgres_jobs import PostgresBackend
+    from batchy_contrib.jobs.postgres import PostgresBackend
     queue = batchy.jobs.Queue(PostgresBackend("postgresql://app@db/app"))
 """
 

@@ -37,7 +37,7 @@ What the class does, and why:
    view, graphene's ``schema.execute``, graphql-core's ``graphql_sync``), the
    execution is run to its end with :func:`batchy.run` before it returns.
 6. **Limits in one argument.** Every entry point takes ``limits=`` (a
-   :class:`~batchy_contrib.graphql_limits.Limits`): ``graphql()`` and
+   :class:`~batchy_contrib.graphql.limits.Limits`): ``graphql()`` and
    ``graphql_sync()`` add its validation rules, and the planned executor stops
    at its ``max_objects`` and ``time_budget``.
 
@@ -56,7 +56,7 @@ from graphql import DocumentNode, ExecutionResult, GraphQLSchema
 
 import batchy
 
-from ._graphql_context import (
+from ._context import (
     GRAPHQL_CORE_33,
     LIMITS,
     BatchyExecutionContext,
@@ -65,7 +65,7 @@ from ._graphql_context import (
     resolve_handlers,
     with_batchy,
 )
-from .graphql_limits import Limits
+from .limits import Limits
 
 __all__ = [
     "BatchyExecutionContext",
@@ -307,7 +307,7 @@ def _limits(limits: Limits | None) -> Iterator[None]:
         return
     if not isinstance(limits, Limits):
         raise batchy.UsageError(
-            f"limits= takes a batchy_contrib.graphql_limits.Limits, got {limits!r}; "
+            f"limits= takes a batchy_contrib.graphql.limits.Limits, got {limits!r}; "
             "e.g. limits=Limits.public() or Limits(max_objects=10_000, time_budget=2.0)"
         )
     token = LIMITS.set(limits)

@@ -1,6 +1,6 @@
 """The SQL loaders shared by every SQL backend: the factories, one batch from keys to values.
 
-A backend (:mod:`batchy_contrib.mysql`, :mod:`batchy_contrib.sqlite`) subclasses
+A backend (:mod:`batchy_contrib.sql.mysql`, :mod:`batchy_contrib.sql.sqlite`) subclasses
 :class:`SQLDatabase` and supplies its :class:`Dialect` (how to quote a name,
 write a placeholder, list keys with their positions), ``_rows`` (run one
 statement and return dicts), ``_bind_problem`` (which keys its driver cannot
@@ -27,7 +27,7 @@ from typing import Any, TypeVar, overload
 import batchy
 from batchy import LoaderError, UsageError, short_repr
 
-from ._sql_build import (
+from ._build import (
     KEYS_MARK,
     Dialect,
     Select,
@@ -37,8 +37,8 @@ from ._sql_build import (
     repeats,
     select,
 )
-from ._sql_errors import KeysRejected, Kind, bad_key, failed, timed_out, unencodable_key
-from ._sql_match import Match
+from ._errors import KeysRejected, Kind, bad_key, failed, timed_out, unencodable_key
+from ._match import Match
 
 __all__ = ["Dialect", "KeysRejected", "Row", "SQLDatabase", "identifier"]
 

@@ -1,4 +1,4 @@
-"""aiomysql pools for :mod:`batchy_contrib.mysql`: options from a URL, closing a pool with its loop.
+"""aiomysql pools for :mod:`batchy_contrib.sql.mysql`: options from a URL, closing with the loop.
 
 :func:`close_pool` closes a pool in its own loop as that loop shuts down
 (:class:`._sql_loops.PerLoop` calls it). :func:`abandon_pool` is for a pool

@@ -19,10 +19,10 @@ from graphql import OperationType
 
 import batchy
 
-from ._graphql_plan import overridden_hooks, uses_incremental_delivery
-from .graphql_async import AsyncMixin, is_handler, run_generator, start_in_scope
-from .graphql_executor import execute_planned
-from .graphql_limits import Limits
+from ._async import AsyncMixin, is_handler, run_generator, start_in_scope
+from ._executor import execute_planned
+from ._plan import overridden_hooks, uses_incremental_delivery
+from .limits import Limits
 
 __all__ = [
     "LIMITS",

@@ -2,7 +2,7 @@
 
 ::
 
-    from batchy_contrib.fastapi import BatchyStats
+    from batchy_contrib.web.fastapi import BatchyStats
 
     @app.get("/posts/{pid}")
     async def post_page(pid: int, stats: BatchyStats) -> dict[str, Any]:
@@ -10,9 +10,9 @@
         return {"page": page, "batchy": stats.as_dict()}
 
 Use it for a few routes; for all of them, add
-:class:`batchy_contrib.asgi.BatchyMiddleware` instead (the dependency then hands
+:class:`batchy_contrib.web.asgi.BatchyMiddleware` instead (the dependency then hands
 out the middleware's stats). Sync (``def``) endpoints run in a worker thread:
-run handlers there with :func:`batchy_contrib.request_stats.run`.
+run handlers there with :func:`batchy_contrib.web.request_stats.run`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ::
 
     from batchy_contrib.graphql import graphql
-    from batchy_contrib.graphql_limits import Limits
+    from batchy_contrib.graphql.limits import Limits
 
     limits = Limits.public()                 # or Limits(max_depth=12, max_cost=50_000, ...)
     result = await graphql(schema, source, limits=limits)

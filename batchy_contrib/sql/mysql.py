@@ -2,7 +2,7 @@
 
 ::
 
-    from batchy_contrib import mysql
+    from batchy_contrib.sql import mysql
 
     db = mysql.Database.from_url("mysql://root@127.0.0.1:3306/test")  # at import time
     users_by_id = db.one("users")   # SELECT * FROM `users` WHERE `id` IN (...)
@@ -41,18 +41,18 @@ import pymysql
 
 from batchy import LoaderError, UsageError, short_repr
 
-from ._source import (
+from ..errors import (
     ConnectionLostError,
     DataSourceError,
     KeyEncodingError,
     QueryInterruptedError,
     QueryRejectedError,
 )
-from ._sql import Dialect, KeysRejected, Row, SQLDatabase, identifier
-from ._sql_errors import CONTAINERS, Kind, refusal
-from ._sql_loops import EventLoopError, PerLoop, running_loop
-from ._sql_match import KeyTypeWarning
-from ._sql_mysql_pools import abandon_pool, acquire, close_pool, foreign_loop, url_options
+from ._core import Dialect, KeysRejected, Row, SQLDatabase, identifier
+from ._errors import CONTAINERS, Kind, refusal
+from ._loops import EventLoopError, PerLoop, running_loop
+from ._match import KeyTypeWarning
+from ._mysql_pools import abandon_pool, acquire, close_pool, foreign_loop, url_options
 
 __all__ = [
     "ConnectionLostError",
@@ -162,7 +162,7 @@ class Database(SQLDatabase):
         return cls(pools, host=host, timeout=timeout)
 
     def __repr__(self) -> str:
-        return f"<batchy_contrib.mysql.Database {self.host}>"
+        return f"<batchy_contrib.sql.mysql.Database {self.host}>"
 
     @property
     def pool(self) -> Any:
@@ -196,7 +196,7 @@ class Database(SQLDatabase):
                     f"the aiomysql pool for {self.host} has autocommit off: each SELECT "
                     "would leave a transaction open, so aiomysql closes the connection on "
                     "release and reads see a stale snapshot. Create the pool with "
-                    "autocommit=True (batchy_contrib.mysql.connect does)."
+                    "autocommit=True (batchy_contrib.sql.mysql.connect does)."
                 )
             if not self._server_known:
                 self._learn_server(conn)
@@ -392,6 +392,6 @@ async def connect(
     try:
         pool = await aiomysql.create_pool(**options)
     except (pymysql.err.MySQLError, OSError) as error:
-        error.add_note(f"batchy_contrib.mysql.connect() could not reach {host}")
+        error.add_note(f"batchy_contrib.sql.mysql.connect() could not reach {host}")
         raise
     return Database(pool, host=host, timeout=timeout)

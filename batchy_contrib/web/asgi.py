@@ -3,17 +3,17 @@
 Pure ASGI, so it works under any ASGI framework (Starlette, FastAPI, Litestar,
 strawberry's and ariadne's ASGI apps)::
 
-    from batchy_contrib.asgi import BatchyMiddleware
+    from batchy_contrib.web.asgi import BatchyMiddleware
 
     app = BatchyMiddleware(app)                       # any ASGI app
     app.add_middleware(BatchyMiddleware, log=True)    # Starlette / FastAPI
 
 Inside the request, loader caches live for that request only, and the request's
-:class:`~batchy_contrib.request_stats.RequestStats` are ``scope["batchy"]``,
+:class:`~batchy_contrib.web.request_stats.RequestStats` are ``scope["batchy"]``,
 ``request.state.batchy`` (Starlette, FastAPI) and
-:func:`~batchy_contrib.request_stats.current_stats`. A sync endpoint (which the
+:func:`~batchy_contrib.web.request_stats.current_stats`. A sync endpoint (which the
 framework runs in a worker thread) runs handlers with
-:func:`batchy_contrib.request_stats.run`, in the same scope.
+:func:`batchy_contrib.web.request_stats.run`, in the same scope.
 """
 
 from __future__ import annotations

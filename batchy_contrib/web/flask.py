@@ -3,7 +3,7 @@
 ::
 
     from flask import Flask, g
-    from batchy_contrib.flask import Batchy, run
+    from batchy_contrib.web.flask import Batchy, run
 
     app = Flask(__name__)
     Batchy(app)                                  # or Batchy().init_app(app)
@@ -15,11 +15,11 @@
 
 Configuration: ``BATCHY_LOG = True`` logs one line per request (rounds, calls
 per loader, time) to the ``batchy.requests`` logger. The request's
-:class:`~batchy_contrib.request_stats.RequestStats` are ``g.batchy``.
+:class:`~batchy_contrib.web.request_stats.RequestStats` are ``g.batchy``.
 
 ``run`` runs an event loop of its own for the duration of the call, in the
 request's scope; sync GraphQL execution (strawberry's ``GraphQLView`` with
-:data:`batchy_contrib.strawberry.execution_context_class`, ``graphql_sync``)
+:data:`batchy_contrib.graphql.strawberry.execution_context_class`, ``graphql_sync``)
 does the same by itself. ``async def`` views, which Flask runs through asgiref
 on a loop in another thread, are counted in the request's stats too.
 """

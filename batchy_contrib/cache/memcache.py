@@ -2,7 +2,7 @@
 
 ::
 
-    from batchy_contrib import memcache
+    from batchy_contrib.cache import memcache
 
     client = memcache.connect("127.0.0.1:11211")
     users = memcache.cached(users_by_id, client, ttl=300)   # use it like users_by_id
@@ -36,9 +36,9 @@ from pymemcache.client.base import PooledClient
 import batchy
 from batchy import InvalidKeyError, LoaderError, UsageError, short_repr
 
-from ._cache_keys import not_text, safe_key
+from ..errors import DataSourceError
+from ._keys import not_text, safe_key
 from ._read_through import CacheStats, ReadThrough, _server
-from ._source import DataSourceError
 
 __all__ = [
     "CacheStats",

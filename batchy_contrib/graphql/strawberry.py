@@ -3,7 +3,7 @@
 ::
 
     import strawberry
-    from batchy_contrib.strawberry import BatchyExtension, execution_context_class
+    from batchy_contrib.graphql.strawberry import BatchyExtension, execution_context_class
 
     schema = strawberry.Schema(
         query=Query,
@@ -15,7 +15,7 @@
 
 :class:`BatchyExtension` puts the request's batching stats (rounds, calls per
 loader) in the response's ``extensions["batchy"]`` when a web integration
-tracks the request (:mod:`batchy_contrib.asgi`, :mod:`batchy_contrib.flask`, ...),
+tracks the request (:mod:`batchy_contrib.web.asgi`, :mod:`batchy_contrib.web.flask`, ...),
 and it stops a schema built without batchy's class with an error that says so:
 strawberry's sync execution would otherwise fail with asyncio's "There is no
 current event loop" or its own "failed to complete synchronously".
@@ -31,9 +31,9 @@ from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 import batchy
 
-from .graphql import BatchyMixin, with_batchy
-from .graphql_limits import Limits
-from .request_stats import current_stats
+from ..web.request_stats import current_stats
+from . import BatchyMixin, with_batchy
+from .limits import Limits
 
 __all__ = ["BatchyExtension", "NotBatchedError", "execution_context_class", "schema_options"]
 
@@ -52,7 +52,7 @@ def schema_options(limits: Limits | None = None) -> dict[str, Any]:
         return {"execution_context_class": execution_context_class, "extensions": [BatchyExtension]}
     if not isinstance(limits, Limits):
         raise batchy.UsageError(
-            f"schema_options(limits={limits!r}): expected a batchy_contrib.graphql_limits.Limits "
+            f"schema_options(limits={limits!r}): expected a batchy_contrib.graphql.limits.Limits "
             "(e.g. Limits.public())"
         )
     rules: list[Any] = list(limits.rules())
@@ -87,7 +87,7 @@ class BatchyExtension(SchemaExtension):
                 f"this strawberry schema executes with {name}, which does not run on batchy: "
                 "its loaders would not batch, and sync execution (Flask, Django) would fail. "
                 "Build it with strawberry.Schema(..., execution_context_class="
-                "batchy_contrib.strawberry.execution_context_class)"
+                "batchy_contrib.graphql.strawberry.execution_context_class)"
             )
         yield
 

@@ -15,7 +15,7 @@ import psycopg
 
 from batchy.jobs import ConfigError
 
-from . import _postgres_jobs_sql as ddl
+from . import _postgres_sql as ddl
 
 __all__ = ["SchemaVersionError", "Names", "ensure_async", "ensure_sync"]
 

@@ -14,9 +14,9 @@ from typing import Any
 from graphql import located_error
 from graphql.pyutils import Path
 
-from ._graphql_budget import Budget
-from ._graphql_pending import Pending
-from ._graphql_plan import GRAPHQL_CORE_33, LEAF, Field, Planner, Type
+from ._budget import Budget
+from ._pending import Pending
+from ._plan import GRAPHQL_CORE_33, LEAF, Field, Planner, Type
 
 __all__ = ["Pos", "Positions", "Slot"]
 

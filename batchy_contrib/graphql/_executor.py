@@ -43,11 +43,11 @@ from graphql import GraphQLError
 
 import batchy
 
-from ._graphql_budget import Budget, LimitStop
-from ._graphql_complete import Completer
-from ._graphql_plan import GRAPHQL_CORE_33, Field, has_fragment_cycle
-from ._graphql_positions import Pos, Slot
-from .graphql_limits import Limits
+from ._budget import Budget, LimitStop
+from ._complete import Completer
+from ._plan import GRAPHQL_CORE_33, Field, has_fragment_cycle
+from ._positions import Pos, Slot
+from .limits import Limits
 
 __all__ = ["execute_planned"]
 

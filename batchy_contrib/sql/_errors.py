@@ -12,7 +12,7 @@ from typing import Any, Literal, Protocol
 
 from batchy import short_repr
 
-from ._source import (
+from ..errors import (
     ConnectionLostError,
     DatabaseOpenError,
     DataSourceError,

@@ -27,7 +27,8 @@ from graphql.pyutils import Path, is_iterable
 
 import batchy
 
-from ._graphql_pending import (
+from ._async import is_handler, run_generator
+from ._pending import (
     END,
     close_iterator,
     next_item,
@@ -35,9 +36,8 @@ from ._graphql_pending import (
     own_task,
     read_all,
 )
-from ._graphql_plan import LEAF, LIST, OBJECT, Field, Type
-from ._graphql_positions import Pos, Positions
-from .graphql_async import is_handler, run_generator
+from ._plan import LEAF, LIST, OBJECT, Field, Type
+from ._positions import Pos, Positions
 
 __all__ = ["Completer"]
 

@@ -2,7 +2,7 @@
 
 ::
 
-    from batchy_contrib import sqlite
+    from batchy_contrib.sql import sqlite
 
     db = sqlite.Database("blog.db")
     users_by_id = db.one("users")
@@ -30,7 +30,7 @@ from typing import Any
 
 from batchy import LoaderError, UsageError
 
-from ._source import (
+from ..errors import (
     ConnectionLostError,
     DatabaseOpenError,
     DataSourceError,
@@ -38,10 +38,10 @@ from ._source import (
     QueryInterruptedError,
     QueryRejectedError,
 )
-from ._sql import Dialect, KeysRejected, Row, SQLDatabase, identifier
-from ._sql_errors import Kind, refusal
-from ._sql_loops import EventLoopError, running_loop
-from ._sql_match import KeyTypeWarning
+from ._core import Dialect, KeysRejected, Row, SQLDatabase, identifier
+from ._errors import Kind, refusal
+from ._loops import EventLoopError, running_loop
+from ._match import KeyTypeWarning
 
 __all__ = [
     "ConnectionLostError",
@@ -142,7 +142,7 @@ class Database(SQLDatabase):
         self._release = weakref.finalize(self, _release, self._executor, self._conns, self._lock)
 
     def __repr__(self) -> str:
-        return f"<batchy_contrib.sqlite.Database {self.path}>"
+        return f"<batchy_contrib.sql.sqlite.Database {self.path}>"
 
     # -- the worker threads ---------------------------------------------------------
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from batchy import LoaderError, short_repr
 
-from ._sql_build import POS
+from ._build import POS
 
 __all__ = ["KeyTypeWarning", "Match"]
 

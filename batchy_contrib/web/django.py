@@ -3,16 +3,16 @@
 ::
 
     # settings.py
-    MIDDLEWARE = [..., "batchy_contrib.django.BatchyMiddleware"]
+    MIDDLEWARE = [..., "batchy_contrib.web.django.BatchyMiddleware"]
     BATCHY = {"LOG": True, "HEADER": "X-Batchy"}        # both optional
 
     # loaders.py
-    from batchy_contrib.django import fk_loader, model_loader
+    from batchy_contrib.web.django import fk_loader, model_loader
     users_by_id = model_loader(User)                    # User.objects.in_bulk(ids)
     comments_by_post = fk_loader(Comment, "post")       # Comment.objects.filter(post__in=ids)
 
     # views.py
-    from batchy_contrib.django import run
+    from batchy_contrib.web.django import run
     def post_page(request, pid):                        # a sync view
         return JsonResponse(run(post_view(pid)))
     async def post_page_async(request, pid):            # an async view (ASGI)
@@ -163,7 +163,7 @@ def run(aw: Awaitable[T]) -> T:
         pass
     else:
         raise batchy.UsageError(
-            "batchy_contrib.django.run() was called while an event loop is running in this "
+            "batchy_contrib.web.django.run() was called while an event loop is running in this "
             "thread; in an async view, 'await' the handler instead"
         )
     jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
@@ -213,7 +213,7 @@ def _orm_batch(name: str, fetch: Callable[[list[Any]], Any]) -> Callable[[list[A
             raise DjangoLoopError(
                 f"{name}: Django's ORM cannot run on this event loop: batchy.run() started it "
                 "in the thread of a sync view, which is waiting for it. Run the handler with "
-                "batchy_contrib.django.run(...) instead of batchy.run(...); in an async view, "
+                "batchy_contrib.web.django.run(...) instead of batchy.run(...); in an async view, "
                 "await it."
             )
         # An async view (ASGI, or WSGI through asgiref), or async code outside a

@@ -1,7 +1,7 @@
 """The read-through cache: memcached in front of a loader, one get_many and one batch a round.
 
-:func:`batchy_contrib.memcache.cached` makes it, and documents it; the names
-here are re-exported by :mod:`batchy_contrib.memcache`. memcached is reached on
+:func:`batchy_contrib.cache.memcache.cached` makes it, and documents it; the names
+here are re-exported by :mod:`batchy_contrib.cache.memcache`. memcached is reached on
 worker threads, and its failures are counted and logged, never raised.
 """
 
@@ -22,14 +22,14 @@ from pymemcache.client.base import Client
 import batchy
 from batchy import InvalidKeyError, UsageError, short_repr
 
-from ._cache_keys import memcached_key, unsupported
+from ._keys import memcached_key, unsupported
 
 __all__ = ["CacheStats", "ReadThrough"]
 
 K = TypeVar("K")
 V = TypeVar("V")
 
-log = logging.getLogger("batchy_contrib.memcache")
+log = logging.getLogger("batchy_contrib.cache.memcache")
 
 _threads: ThreadPoolExecutor | None = None
 
@@ -124,7 +124,7 @@ class ReadThrough(batchy.Loader[K, V]):
         self._lock: threading.Lock | None = threading.Lock() if type(client) is Client else None
 
     def __repr__(self) -> str:
-        return f"<batchy_contrib.memcache.ReadThrough {self.name} at {self.server}>"
+        return f"<batchy_contrib.cache.memcache.ReadThrough {self.name} at {self.server}>"
 
     def memcache_key(self, key: K) -> str:
         """The memcached key of ``key``: the prefix and the key's type-tagged canonical text.
@@ -334,6 +334,6 @@ class ReadThrough(batchy.Loader[K, V]):
         return False
 
 
-# Shown as batchy_contrib.memcache.X, where they are documented and imported from.
+# Shown as batchy_contrib.cache.memcache.X, where they are documented and imported from.
 for _cls in (CacheStats, ReadThrough):
-    _cls.__module__ = "batchy_contrib.memcache"
+    _cls.__module__ = "batchy_contrib.cache.memcache"

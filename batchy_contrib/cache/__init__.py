@@ -1,0 +1,1 @@
+"""Caches in front of a loader: memcached and the read-through pattern it is built on."""
