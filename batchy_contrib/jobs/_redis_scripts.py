@@ -129,10 +129,24 @@ local queues = {}
 for i = 1, nq do queues[i] = ARGV[6 + i] end
 local buried = false
 local refused = {}
-for i = 7 + nq, #ARGV, 9 do
-  local kind, id, token, q, payload, off, result, keep, extra =
-    ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5], ARGV[i+6], ARGV[i+7],
-    ARGV[i+8]
+-- Outcomes, each as long as its kind needs: done|release id token; kept id token
+-- result keep_ms; retry id token queue payload offset; dead id token grave_json.
+local i = 7 + nq
+while i <= #ARGV do
+  local kind, id, token = ARGV[i], ARGV[i+1], ARGV[i+2]
+  local q, payload, off, result, keep, extra
+  if kind == 'kept' then
+    kind, result, keep = 'done', ARGV[i+3], tonumber(ARGV[i+4])
+    i = i + 5
+  elseif kind == 'retry' then
+    q, payload, off = ARGV[i+3], ARGV[i+4], ARGV[i+5]
+    i = i + 6
+  elseif kind == 'dead' then
+    extra = ARGV[i+3]
+    i = i + 4
+  else
+    i = i + 3
+  end
   -- Fencing: only the holder of the job's current lease token may speak for it.
   if redis.call('HGET', p..'owner', id) ~= token then
     refused[#refused+1] = id
@@ -145,7 +159,7 @@ for i = 7 + nq, #ARGV, 9 do
     redis.call('HDEL', p..'jobs', id)
     redis.call('HDEL', p..'meta', id)
     leave(id, now)
-    if tonumber(keep) > 0 then redis.call('SET', p..'result:'..id, result, 'PX', keep) end
+    if keep then redis.call('SET', p..'result:'..id, result, 'PX', keep) end
   elseif kind == 'retry' then
     local due = now + tonumber(off)
     redis.call('HSET', p..'jobs', id, payload)

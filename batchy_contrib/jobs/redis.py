@@ -185,30 +185,30 @@ class RedisBackend(Backend):
     ) -> Claims:
         args: list[Any] = [lease, limit, self.dead_max, self.dead_max_age]
         args += [len(queues), *queues]
+        # Each outcome sends only the fields its kind uses (see the script): the
+        # client packs every argument one by one, and most outcomes are "done".
         for o in self.screen_outcomes(outcomes):
-            extra = ""
-            if o.kind == "dead":
-                extra = json.dumps(
-                    {
-                        "queue": o.queue,
-                        "payload": o.payload or "",
-                        "reason": o.reason,
-                        "traceback": o.traceback,
-                    }
-                )
-            result = o.result if o.result is not None else "null"
-            args += [
-                o.kind,
-                o.id,
-                o.token,
-                o.queue,
-                o.payload or "",
+            kind = o.kind
+            if kind == "done":
+                keep = int(o.keep * 1000)
+                if keep > 0:
+                    result = o.result if o.result is not None else "null"
+                    args += ("kept", o.id, o.token, result, keep)
+                else:
+                    args += ("done", o.id, o.token)
+            elif kind == "retry":
                 # Only a retry's due counts, sent as an offset the script adds to TIME.
-                repr(o.due - now) if o.kind == "retry" else "0",
-                result,
-                int(o.keep * 1000),
-                extra,
-            ]
+                args += ("retry", o.id, o.token, o.queue, o.payload or "", repr(o.due - now))
+            elif kind == "dead":
+                grave = {
+                    "queue": o.queue,
+                    "payload": o.payload or "",
+                    "reason": o.reason,
+                    "traceback": o.traceback,
+                }
+                args += ("dead", o.id, o.token, json.dumps(grave))
+            else:
+                args += (kind, o.id, o.token)
         flat, refused, dropped = await self._run("cycle", *args)
         for i in range(0, len(dropped), 2):
             self.dropped += 1
