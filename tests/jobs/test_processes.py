@@ -37,7 +37,8 @@ class App:
             BATCHY_TEST_STORE=self.store,
             BATCHY_TEST_LOG=str(self.log),
             BATCHY_TEST_PREFIX=self.prefix,
-            PYTHONPATH=str(HERE),
+            # Ahead of any outer PYTHONPATH, which still decides which batchy runs.
+            PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
             **extra,
         )
         return env
