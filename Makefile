@@ -4,13 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench docs lint typecheck pytest examples services clean crash-test test-graphql32
+.PHONY: demo test bench docs lint typecheck pytest examples services clean crash-test test-graphql32 screenshots
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "batchy needs Python 3.11+; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,docs,mysql,memcache,redis,graphql,bench,postgres,asgi,fastapi,flask,django]'
+	$(BIN)/pip install -q -e '.[dev,docs,mysql,memcache,redis,graphql,bench,postgres,asgi,fastapi,flask,django,dashboard,otel,prometheus]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -47,9 +47,14 @@ test-graphql32: pyproject.toml
 	test -x .venv-gql32/bin/pytest || $(PYTHON) -m venv .venv-gql32
 	.venv-gql32/bin/pip install -q -e '.[dev,graphql32]'
 	.venv-gql32/bin/pytest -q -p no:cacheprovider tests/graphql
+	.venv-gql32/bin/pytest -q -p no:cacheprovider tests/integrations/test_recipes.py -k ariadne
 
 bench: $(STAMP) services
 	$(BIN)/python -m benchmarks
+
+# The dashboard's pictures in the Operations guide, from its browser test (SQLite).
+screenshots: $(STAMP) services
+	BATCHY_SCREENSHOTS=docs/_static/dashboard $(BIN)/pytest -q tests/dashboard/test_browser.py -k sqlite
 
 clean:
 	rm -rf $(VENV) docs/_build .mypy_cache .ruff_cache .pytest_cache

@@ -16,6 +16,7 @@ from ._hooks import BatchEvent, Hook, RoundEvent, add_hook, hooked, remove_hook
 from ._loader import Loader, batched
 from ._run import run
 from ._scope import Scope, current_scope, scope
+from ._stats import ScopeStats
 from ._task import Task
 from ._taskfn import TaskFunction, task
 from ._watch import Watch
@@ -34,6 +35,7 @@ __all__ = [
     "MissingKeyError",
     "RoundEvent",
     "Scope",
+    "ScopeStats",
     "Task",
     "TaskFunction",
     "UsageError",

@@ -7,6 +7,7 @@
     batchy dead list app.jobs:queue
     batchy dead retry app.jobs:queue ID... | --all
     batchy enqueue app.jobs:queue app.jobs.send_welcome 42 '"hello"'
+    batchy dashboard app.jobs:queue --port 8000      # pip install 'batchy[dashboard]'
 
 ``APP`` is ``module:attribute`` naming a :class:`batchy.jobs.Queue` (the
 current directory is importable); it may also come from ``$BATCHY_APP``.
@@ -21,11 +22,11 @@ import json
 import logging
 import os
 import sys
-import time
 import traceback
 from collections.abc import Sequence
 
 from batchy.jobs import ConfigError, JobError, Queue, Worker
+from batchy.jobs.cli import COMMANDS, add_commands
 
 __all__ = ["load_app", "main"]
 
@@ -79,36 +80,57 @@ def _parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser("worker", help="run a worker")
     worker.add_argument("app", nargs="?", help="module:queue (default $BATCHY_APP)")
-    worker.add_argument("-c", "--concurrency", type=int, default=10)
+    worker.add_argument(
+        "-c", "--concurrency", type=int, default=10,
+        help="jobs run at once in this process, their loads batched together (default 10)",
+    )  # fmt: skip
     worker.add_argument(
         "-q", "--queue", action="append", dest="queues", metavar="NAME[,WEIGHT]",
         help="queue to fetch from; repeat; weights make it weighted, none strict",
     )  # fmt: skip
-    worker.add_argument("--shutdown-timeout", type=float, default=25.0)
-    worker.add_argument("--lease", type=float, default=30.0)
-    worker.add_argument("--heartbeat", type=float, default=None)
-    worker.add_argument("--poll-interval", type=float, default=0.5)
+    worker.add_argument(
+        "--shutdown-timeout", type=float, default=25.0,
+        help="seconds SIGTERM waits for running jobs before handing them back (default 25)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--lease", type=float, default=30.0,
+        help="seconds a claimed job stays this worker's without a heartbeat (default 30)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--heartbeat", type=float, default=None,
+        help="seconds between lease renewals (default: a third of --lease)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--poll-interval", type=float, default=0.5,
+        help="longest an idle worker waits without a wake-up, in seconds (default 0.5)",
+    )  # fmt: skip
     worker.add_argument("--burst", action="store_true", help="exit when no job is ready")
-    worker.add_argument("--log-level", default="INFO")
+    worker.add_argument(
+        "--log-level", default="INFO", help="DEBUG, INFO (default), WARNING or ERROR"
+    )
 
-    info = sub.add_parser("info", help="queues, dead jobs, live workers, busiest/stalled keys")
-    info.add_argument("app", nargs="?")
-    info.add_argument("--keys", type=int, default=10, help="ordering keys to show per list")
+    add_commands(sub)  # info, jobs, dead
 
-    dead = sub.add_parser("dead", help="list, retry or delete dead jobs")
-    dead.add_argument("action", choices=["list", "retry", "delete"])
-    dead.add_argument("app", nargs="?")
-    dead.add_argument("ids", nargs="*")
-    dead.add_argument("--all", action="store_true", help="every dead job")
-    dead.add_argument("--limit", type=int, default=50)
+    board = sub.add_parser(
+        "dashboard", help="serve the web dashboard (needs: pip install 'batchy[dashboard]')"
+    )
+    board.add_argument("app", nargs="?", help="module:queue (default $BATCHY_APP)")
+    board.add_argument("--host", default="127.0.0.1", help="interface (default: this machine only)")
+    board.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    board.add_argument("--read-only", action="store_true", help="show everything, change nothing")
+    board.add_argument(
+        "--auth", metavar="MODULE:CALLABLE",
+        help="called with each request; returns whether it may proceed (see the Operations guide)",
+    )  # fmt: skip
+    board.add_argument("--root-path", default="", help="URL prefix when proxied under a path")
 
     enqueue = sub.add_parser("enqueue", help="enqueue one job (arguments as JSON)")
-    enqueue.add_argument("app")
+    enqueue.add_argument("app", help="module:attribute naming the Queue")
     enqueue.add_argument("job", help="the job type's name (see `batchy info`)")
     enqueue.add_argument("args", nargs="*", help="positional arguments, each a JSON value")
     enqueue.add_argument("--kwargs", default="{}", help="keyword arguments as a JSON object")
-    enqueue.add_argument("--delay", type=float, default=None)
-    enqueue.add_argument("--queue", default=None)
+    enqueue.add_argument("--delay", type=float, default=None, help="seconds from now to run it")
+    enqueue.add_argument("--queue", default=None, help="queue (default: the job type's)")
     enqueue.add_argument("--key", default=None, help="ordering key (runs after its key's jobs)")
     return parser
 
@@ -127,8 +149,8 @@ async def _worker(args: argparse.Namespace) -> int:
     )
     names = ", ".join(f"{n},{w}" if w else n for n, w in worker.queue_specs)
     logging.getLogger("batchy.jobs").info(
-        "worker %s: queues %s, concurrency %d, store %r",
-        worker.id, names, worker.concurrency, queue.backend,
+        "worker %s: queues %s, concurrency %d, store %s",
+        worker.id, names, worker.concurrency, queue.admin.store,
     )  # fmt: skip
     try:
         await worker.run(signals=True)
@@ -137,63 +159,10 @@ async def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _info(args: argparse.Namespace) -> int:
+async def _operate(args: argparse.Namespace) -> int:
     queue = load_app(args.app)
     try:
-        info = await queue.info()
-        now = time.time()
-        busiest, stalled = await queue.backend.keys(now, args.keys)
-    finally:
-        await queue.close()
-    print(
-        f"{'queue':<20} {'size':>8} {'latency':>9} {'running':>8} {'scheduled':>10} {'retrying':>9}"
-    )
-    for q in info.queues:
-        print(
-            f"{q.name:<20} {q.size:>8} {q.latency:>8.1f}s {q.running:>8} {q.scheduled:>10} "
-            f"{q.retrying:>9}"
-        )
-    print(f"dead: {info.dead}")
-    print(f"workers: {len(info.workers)}")
-    for w in info.workers:
-        up = time.time() - w.started_at
-        print(
-            f"  {w.id}  queues={','.join(w.queues)}  busy={len(w.running)}/{w.concurrency}  "
-            f"up={up:.0f}s  jobs={' '.join(w.running[:10])}"
-        )
-    for title, keys in (("busiest keys", busiest), ("stalled keys", stalled)):
-        if not keys:
-            continue
-        print(f"{title}:")
-        for k in keys:
-            when = ""
-            if k.state in ("retrying", "scheduled"):
-                when = f" (due in {k.since - now:.1f}s)"
-            elif k.state in ("expired", "queued"):
-                when = f" (for {now - k.since:.1f}s)"
-            print(f"  {k.key}  jobs={k.jobs}  queue={k.queue}  head={k.head} {k.state}{when}")
-    return 0
-
-
-async def _dead(args: argparse.Namespace) -> int:
-    queue = load_app(args.app)
-    try:
-        if args.action == "list":
-            for d in await queue.dead_jobs(args.limit):
-                when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.died_at))
-                key = f"  key={d.key}" if d.key is not None else ""
-                print(f"{d.id}  {d.queue}  {when}Z{key}  {d.reason}")
-            return 0
-        if not args.ids and not args.all:
-            raise ConfigError(
-                f"`batchy dead {args.action}` needs job ids or --all; see `batchy dead list`"
-            )
-        ids = None if args.all else args.ids
-        if args.action == "retry":
-            print(f"retried {await queue.retry_dead(ids)} dead job(s)")
-        else:
-            print(f"deleted {await queue.delete_dead(ids)} dead job(s)")
-        return 0
+        return await COMMANDS[args.command](queue, args)
     finally:
         await queue.close()
 
@@ -219,11 +188,39 @@ async def _enqueue(args: argparse.Namespace) -> int:
         handle = await options.enqueue(*values, **kwargs)
     finally:
         await queue.close()
+    print(f"store: {queue.admin.store}", file=sys.stderr)  # stdout: the id, for scripts
     print(handle.id)
     return 0
 
 
-_COMMANDS = {"worker": _worker, "info": _info, "dead": _dead, "enqueue": _enqueue}
+async def _dashboard(args: argparse.Namespace) -> int:
+    try:  # batchy itself needs only the standard library: the dashboard is an extra
+        from batchy_contrib.dashboard.serve import load_auth, serve
+    except ImportError as error:
+        raise ConfigError(
+            f"`batchy dashboard` needs the dashboard's packages ({error}); install them "
+            "with: pip install 'batchy[dashboard]'"
+        ) from error
+    queue = load_app(args.app)
+    try:
+        auth = load_auth(args.auth) if args.auth else None
+        await serve(
+            queue, host=args.host, port=args.port, read_only=args.read_only, auth=auth,
+            root_path=args.root_path,
+        )  # fmt: skip
+    finally:
+        await queue.close()
+    return 0
+
+
+_COMMANDS = {
+    "worker": _worker,
+    "info": _operate,
+    "jobs": _operate,
+    "dead": _operate,
+    "enqueue": _enqueue,
+    "dashboard": _dashboard,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -10,6 +10,11 @@ evicted from the caches that hold them so a retry can succeed. Nothing here may
 raise into the event loop: an unexpected error while finishing a call fails the
 keys of that call that are still pending. ``KeyboardInterrupt`` and
 ``SystemExit`` fail the keys too, then go on up to the caller of ``batchy.run``.
+
+A batch also knows which scopes asked for its keys (its base, ``_stats.Askers``),
+for two reasons: a failed key is evicted from the cache of every scope that
+holds it, and each call is counted in the :class:`~batchy.ScopeStats` of the
+scopes it answered.
 """
 
 from __future__ import annotations
@@ -24,10 +29,16 @@ from . import _hooks
 from ._errors import LoaderError, MissingKeyError, error_text, short_repr
 from ._future import DONE, PENDING, Future
 from ._gather import Gather
+from ._stats import Askers
 from ._task import Task
 
 if TYPE_CHECKING:
     from ._scheduler import Scheduler
+    from ._scope import Scope
+
+# One call of a batch: (index of its first key in the batch, its keys, their
+# futures, when it started, the scopes it answers and how many keys each).
+_Call = tuple[int, list[Any], list["Future[Any]"], float, dict["Scope", int]]
 
 __all__ = ["Batch", "LoaderSpec"]
 
@@ -49,16 +60,16 @@ class LoaderSpec(Protocol):
     def max_concurrency(self) -> int | None: ...
     @property
     def thread(self) -> bool: ...
+    @property
+    def cache(self) -> bool: ...
 
 
-class Batch:
-    """The keys one loader was asked for in one round."""
+class Batch(Askers):
+    """The keys one loader was asked for in one round (and, as :class:`Askers`, who asked)."""
 
     __slots__ = (
-        "_caches",
         "_chunks",
         "_ck_of",
-        "_last_cache",
         "_round",
         "futures",
         "keys",
@@ -67,13 +78,12 @@ class Batch:
     )
 
     def __init__(self, loader: LoaderSpec, sched: Scheduler) -> None:
+        super().__init__()
         self.loader = loader
         self.sched = sched
         self.keys: list[Any] = []  # distinct keys, as the user passed them
         self.futures: dict[Any, Future[Any]] = {}  # cache key -> future
-        self._caches: list[dict[Any, Any]] = []  # scope caches that hold our futures
-        self._last_cache: dict[Any, Any] | None = None  # the one remembered last
-        self._chunks: list[tuple[list[Any], list[Future[Any]]]] = []
+        self._chunks: list[tuple[int, list[Any], list[Future[Any]]]] = []
         self._ck_of: dict[int, Any] | None = None  # id(future) -> cache key, made when needed
         self._round = 0
 
@@ -84,12 +94,6 @@ class Batch:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def remember_cache(self, cache: dict[Any, Any]) -> None:
-        self._last_cache = cache
-        # By identity: two scopes' caches holding the same futures compare equal.
-        if not any(c is cache for c in self._caches):
-            self._caches.append(cache)
-
     # -- flushing -------------------------------------------------------------------
 
     def _flush(self, round: int) -> None:
@@ -97,31 +101,39 @@ class Batch:
         keys = self.keys
         if not keys:  # every key was refused before joining: nothing to send
             return
+        for scope in self.scopes():
+            scope.stats._in_round(self.sched, round)
         futs = list(self.futures.values())
         size = self.loader.max_batch_size or len(keys)
-        self._chunks = [(keys[i : i + size], futs[i : i + size]) for i in range(0, len(keys), size)]
+        self._chunks = [
+            (i, keys[i : i + size], futs[i : i + size]) for i in range(0, len(keys), size)
+        ]
         self._chunks.reverse()  # pop() from the end takes them in order
         for _ in range(self.loader.max_concurrency or len(self._chunks)):
             if not self._chunks:
                 break
             self._start(*self._chunks.pop())
 
-    def _start(self, keys: list[Any], futs: list[Future[Any]]) -> None:
+    def _start(self, first: int, keys: list[Any], futs: list[Future[Any]]) -> None:
         loader = self.loader
+        askers = self.askers(first, first + len(keys))
         started = time.perf_counter()
+        for scope in askers:
+            scope.stats._call_started(started)
+        call = (first, keys, futs, started, askers)
         try:
             if loader.thread:
                 out: Any = self.sched.loop.run_in_executor(None, loader.fn, list(keys))
             else:
                 out = loader.fn(list(keys))  # a copy: the function may keep or mutate it
             if not inspect.isawaitable(out):
-                self._finish(keys, futs, started, result=out)
+                self._finish(call, result=out)
                 return
             afut = asyncio.ensure_future(out, loop=self.sched.loop)
         except BaseException as error:
             # A plain function raised (CancelledError, GeneratorExit and custom
             # BaseExceptions too), or returned an awaitable asyncio refuses.
-            self._finish(keys, futs, started, error=error)
+            self._finish(call, error=error)
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 raise  # the process decides, not the scheduler
             return
@@ -133,11 +145,11 @@ class Batch:
             try:
                 if af.cancelled():
                     error: BaseException = asyncio.CancelledError()
-                    self._finish(keys, futs, started, error=error)
+                    self._finish(call, error=error)
                 elif (error_ := af.exception()) is not None:
-                    self._finish(keys, futs, started, error=error_)
+                    self._finish(call, error=error_)
                 else:
-                    self._finish(keys, futs, started, result=af.result())
+                    self._finish(call, result=af.result())
                 if self._chunks:
                     self._start(*self._chunks.pop())
             finally:
@@ -145,14 +157,13 @@ class Batch:
 
         afut.add_done_callback(done)
 
-    def _finish(
-        self,
-        keys: list[Any],
-        futs: list[Future[Any]],
-        started: float,
-        result: Any = None,
-        error: BaseException | None = None,
-    ) -> None:
+    def _finish(self, call: _Call, result: Any = None, error: BaseException | None = None) -> None:
+        first, keys, futs, started, askers = call
+        ended = time.perf_counter()
+        name = self.loader.name
+        # Counted before the keys' waiters hear of them, so what they read is current.
+        for scope, count in askers.items():
+            scope.stats._call_finished(name, count, ended)
         try:
             error = self._resolve(keys, futs, result, error)
         except Exception as failure:
@@ -163,14 +174,19 @@ class Batch:
             for fut in pending:
                 fut._set_exception(error)
             self._evict(pending)
+        if error is not None:
+            for scope in askers:
+                scope.stats._call_failed(name)
         if _hooks.hooks:
             _hooks.emit_batch(
                 _hooks.BatchEvent(
-                    self.loader.name,
+                    name,
                     tuple(keys),
                     self._round,
-                    time.perf_counter() - started,
+                    ended - started,
                     error,
+                    first // (self.loader.max_batch_size or len(self.keys)),
+                    tuple(askers),
                 )
             )
 
@@ -237,12 +253,15 @@ class Batch:
         return None
 
     def _evict(self, futs: list[Future[Any]]) -> None:
-        if not self._caches:
+        if not self.loader.cache:
+            return
+        caches = [c for c in (s._caches.get(self.loader) for s in self.scopes()) if c]
+        if not caches:
             return
         gone = {id(f) for f in futs}
         for ck, fut in self.futures.items():
             if id(fut) in gone:
-                for cache in self._caches:
+                for cache in caches:
                     if cache.get(ck) is fut:
                         del cache[ck]
 

@@ -1,9 +1,12 @@
-"""Instrumentation: the only place where stats, tracing and debug output plug into the engine.
+"""Instrumentation: the only place where tracing, metrics and debug output plug into the engine.
 
 The scheduler calls :func:`emit_round`, :func:`emit_batch` and :func:`emit_task_failed`
-and knows nothing about who listens. A hook is any object with some of the methods
-of :class:`Hook`; a hook that raises is logged and otherwise ignored, because a
-broken metrics exporter must never leave a handler waiting.
+(scopes call :func:`emit_scope_entered` and :func:`emit_scope_exited`) and knows
+nothing about who listens; no event is built unless a hook is registered. A hook
+is any object with some of the methods of :class:`Hook`; a hook that raises is
+logged and otherwise ignored, because a broken metrics exporter must never leave
+a handler waiting. (The per-scope counters a request reads about itself are not
+hooks but always-on counters: see ``_stats``.)
 """
 
 from __future__ import annotations
@@ -21,22 +24,33 @@ log = logging.getLogger("batchy")
 
 @dataclass(frozen=True, slots=True)
 class RoundEvent:
-    """A round started: every batch pending when no handler could go on is flushed."""
+    """A round started: every batch pending when no handler could go on is flushed.
+
+    ``scopes`` are the :class:`batchy.Scope` objects with keys in the round's batches.
+    """
 
     number: int
     loaders: tuple[str, ...]
     keys: int
+    scopes: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class BatchEvent:
-    """One call of a batch function finished (a chunk, when ``max_batch_size`` split it)."""
+    """One call of a batch function finished (a chunk, when ``max_batch_size`` split it).
+
+    ``chunk`` numbers the calls of one batch from 0; ``scopes`` are the
+    :class:`batchy.Scope` objects whose loads the call answered (keys that several
+    scopes asked for in one round are sent once, for all of them).
+    """
 
     loader: str
     keys: tuple[Any, ...]
     round: int
     duration: float
     error: BaseException | None
+    chunk: int = 0
+    scopes: tuple[Any, ...] = ()
 
 
 class Hook:
@@ -55,6 +69,18 @@ class Hook:
 
     def task_failed(self, task: Any, error: BaseException) -> None:
         """Called when a handler raised; ``task`` is the :class:`batchy.Task`."""
+
+    def scope_entered(self, scope: Any) -> None:
+        """Called when a :class:`batchy.Scope` becomes current in its outermost ``with`` block.
+
+        Called in the context of the code that enters it (a request's, a job's),
+        so a tracer can note the span the scope works for. A scope entered again
+        while it is in a ``with`` block (in another task or thread) is not
+        announced again.
+        """
+
+    def scope_exited(self, scope: Any) -> None:
+        """Called when the last ``with`` block a scope is in exits, ``scope.stats`` complete."""
 
 
 # A tuple, replaced on change: the scheduler reads it without locking and a
@@ -102,3 +128,11 @@ def emit_batch(event: BatchEvent) -> None:
 
 def emit_task_failed(task: Any, error: BaseException) -> None:
     _call("task_failed", task, error)
+
+
+def emit_scope_entered(scope: Any) -> None:
+    _call("scope_entered", scope)
+
+
+def emit_scope_exited(scope: Any) -> None:
+    _call("scope_exited", scope)

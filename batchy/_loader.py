@@ -113,6 +113,7 @@ class Loader(Generic[K, V]):
                 if cache is None:
                     cache = scope._caches[self] = {}
                 elif ck in cache:  # ``in`` is cheaper than get() on a miss, the usual case
+                    scope._hit_log.append(self)  # counted when read: see ScopeStats
                     return cache[ck]  # type: ignore[no-any-return]
             batch: Batch | None = sched._open.get(self)  # type: ignore[assignment]
             if batch is None:
@@ -128,17 +129,18 @@ class Loader(Generic[K, V]):
         futures = batch.futures
         if asked:  # again in this round (from another scope, or with the cache off)
             fut = futures[ck]
+            batch.shared(scope, ck)
         else:
             # Future() without the __init__ call: this runs once per key.
             fut = futures[ck] = _new_future(Future)
             fut._state = PENDING
             fut._value = None
             fut._waiters = None
+            if batch._last_scope is not scope:  # who asks: see Batch.joined
+                batch.joined(scope)
             batch.keys.append(key)
         if cache is not None:
             cache[ck] = fut
-            if batch._last_cache is not cache:
-                batch.remember_cache(cache)
         return fut
 
     def many(self, keys: Iterable[K]) -> Future[list[V]]:

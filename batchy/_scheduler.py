@@ -60,6 +60,8 @@ class Batch(Protocol):
 
     def __len__(self) -> int: ...
 
+    def scopes(self) -> list[Any]: ...
+
     def _flush(self, round: int) -> None: ...
 
 
@@ -239,6 +241,7 @@ class Scheduler:
                     self.round,
                     tuple(b.loader_name for b in batches),
                     sum(len(b) for b in batches),
+                    tuple(dict.fromkeys(s for b in batches for s in b.scopes())),
                 )
             )
         for i, batch in enumerate(batches):

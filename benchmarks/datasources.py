@@ -1,21 +1,27 @@
 """The blog on real databases: naive, batchy, aiodataloader and memcached, async and sync.
 
-Two tables. The first renders the 50 posts x 20 comments page on MariaDB
+Three tables. The first renders the 50 posts x 20 comments page on MariaDB
 naively, with batchy, with aiodataloader and with memcached in front. The
-second puts batchy against aiodataloader at 50x20 and 500x20, on MariaDB and
-SQLite, on both paths an app has: *async*, every page in one long-lived event
-loop (an ASGI server), and *sync*, a new loop per page (``batchy.run`` /
-``asyncio.run`` in a Flask view) over a database declared once
-(``mysql.Database.from_url``, ``sqlite.Database``), which opens a MariaDB pool
-per loop. Its target: one statement per loader per round on every path, and
-batchy at least as fast as aiodataloader on every row.
+second puts batchy against aiodataloader at 50x20 and 500x20, on MariaDB,
+PostgreSQL and SQLite, on both paths an app has: *async*, every page in one
+long-lived event loop (an ASGI server), and *sync*, a new loop per page
+(``batchy.run`` / ``asyncio.run`` in a Flask view) over a database declared
+once (``mysql.Database.from_url``, ``postgres.Database.from_url``,
+``sqlite.Database``), which opens a pool per loop. Its target: one statement
+per loader per round on every path, and batchy at least as fast as
+aiodataloader on every row. The third is what matching rows to text keys on
+the server costs on PostgreSQL (benchmarks/_postgres_blog.py).
 
 Queries are what the database ran (MariaDB's ``Questions`` counter on every
-pool connection, SQLite's trace callback), not what our code thinks it sent.
-Every peer uses the same database object and the same SQL. Run: ``python -m
-benchmarks datasources``. Servers: ``BATCHY_BENCH_MYSQL`` (default
-``mysql://root@127.0.0.1:3306/test``) and ``BATCHY_BENCH_MEMCACHE`` (default
-``127.0.0.1:11211``).
+pool connection, SQLite's trace callback, the statements PostgreSQL received
+as counted on the wire by examples/blog/pg_statements.py), not what our code
+thinks it sent. Every peer uses the same database object and the same SQL.
+Run: ``python -m benchmarks datasources``, or ``python -m benchmarks.datasources
+PostgreSQL`` for the comparison on the stores named. Servers:
+``BATCHY_BENCH_MYSQL`` (default ``mysql://root@127.0.0.1:3306/test``),
+``BATCHY_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432``; the
+blog goes in a database of its own, dropped at the end) and
+``BATCHY_BENCH_MEMCACHE`` (default ``127.0.0.1:11211``).
 """
 
 from __future__ import annotations
@@ -35,9 +41,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from aiodataloader import DataLoader
-
 import batchy
+from benchmarks._blog_peer import render_peer
 from benchmarks._util import fmt_ms, median_times, ratio, table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "blog"))
@@ -45,7 +50,8 @@ import blog_seed
 import blog_views
 
 from batchy_contrib.cache import memcache
-from batchy_contrib.sql import mysql, sqlite
+from batchy_contrib.sql import mysql, postgres, sqlite
+from benchmarks import _postgres_blog
 
 POSTS, COMMENTS, USERS = 50, 20, 100
 POST_IDS = list(range(1, POSTS + 1))
@@ -58,64 +64,6 @@ BIG_BATCH = 10_000
 MYSQL_URL = os.environ.get("BATCHY_BENCH_MYSQL", "mysql://root@127.0.0.1:3306/test")
 MEMCACHE = os.environ.get("BATCHY_BENCH_MEMCACHE", "127.0.0.1:11211")
 REPEAT = 9
-
-
-# -- aiodataloader, written as its users write it -------------------------------------
-
-
-class PeerLoaders:
-    """One DataLoader per table, made per request; same SQL and database as batchy's loaders."""
-
-    def __init__(self, db: Any) -> None:
-        self.batch_calls = 0
-        self.posts = DataLoader(self._by_id(db, "blog_posts"))
-        self.comments = DataLoader(self._by_id(db, "blog_comments"))
-        self.users = DataLoader(self._by_id(db, "blog_users"))
-        self.comment_ids = DataLoader(self._comment_ids(db))
-
-    def _by_id(self, db: Any, table: str) -> Callable[[list[int]], Awaitable[Any]]:
-        sql = f"SELECT * FROM {db.dialect.q(table)} WHERE {db.dialect.q('id')} IN "
-
-        async def batch_load_fn(ids: list[int]) -> list[Any]:
-            self.batch_calls += 1
-            rows = await db.fetch(sql + db.dialect.params(len(ids)), ids)
-            by_id = {r["id"]: r for r in rows}
-            return [by_id.get(i) for i in ids]
-
-        return batch_load_fn
-
-    def _comment_ids(self, db: Any) -> Callable[[list[int]], Awaitable[Any]]:
-        async def batch_load_fn(post_ids: list[int]) -> list[Any]:
-            self.batch_calls += 1
-            rows = await db.fetch(
-                "SELECT post_id, id FROM blog_comments WHERE post_id IN "
-                f"{db.dialect.params(len(post_ids))} ORDER BY id",
-                post_ids,
-            )
-            grouped: dict[int, list[int]] = {p: [] for p in post_ids}
-            for r in rows:
-                grouped[r["post_id"]].append(r["id"])
-            return [grouped[p] for p in post_ids]
-
-        return batch_load_fn
-
-
-async def peer_comment(loaders: PeerLoaders, cid: int) -> Any:
-    comment = await loaders.comments.load(cid)
-    author = await loaders.users.load(comment["user_id"])
-    return {**comment, "author": author}
-
-
-async def peer_post(loaders: PeerLoaders, pid: int) -> Any:
-    post, cids = await asyncio.gather(loaders.posts.load(pid), loaders.comment_ids.load(pid))
-    comments = await asyncio.gather(*(peer_comment(loaders, c) for c in cids))
-    return {**post, "comments": list(comments)}
-
-
-async def render_peer(db: Any, post_ids: list[int] = POST_IDS) -> tuple[list[Any], int]:
-    loaders = PeerLoaders(db)
-    page = await asyncio.gather(*(peer_post(loaders, p) for p in post_ids))
-    return list(page), loaders.batch_calls
 
 
 # -- measuring ------------------------------------------------------------------------
@@ -201,7 +149,7 @@ async def run() -> None:
 
     interleaved: dict[str, Callable[[], Awaitable[Any]]] = {}
     await measure("naive", lambda: blog_views.render_naive(db, POST_IDS), later=True)
-    await measure("aiodataloader", lambda: render_peer(db), later=True)
+    await measure("aiodataloader", lambda: render_peer(db, POST_IDS), later=True)
     await measure("batchy", lambda: blog_views.render_batchy(blog, POST_IDS), later=True)
     # Round-robin, so a burst of load elsewhere on the machine hits all three alike.
     medians.update(await amedian_times(interleaved))
@@ -261,9 +209,11 @@ class Trace:
 
 
 async def ran(db: Any) -> int:
-    """Statements the database has run so far, counted by the database."""
+    """Statements the database has run so far, counted by the database (PostgreSQL: received)."""
     if isinstance(db, mysql.Database):
         return await db.questions()
+    if isinstance(db, postgres.Database):
+        return _postgres_blog.received(db)
     return int(db.trace.count)
 
 
@@ -290,27 +240,37 @@ async def amedian_times(fns: dict[str, Callable[[], Awaitable[Any]]]) -> dict[st
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def compare_row(db: Any, blog: blog_views.Blog, ids: list[int]) -> list[dict[str, Any]]:
-    """Both paths for one store and page: queries (server-counted), rounds and medians."""
+def compare_row(
+    db: Any, blog: blog_views.Blog, ids: list[int], counting: Any = None
+) -> list[dict[str, Any]]:
+    """Both paths for one store and page: queries (server-counted), rounds and medians.
 
-    def peer() -> Awaitable[Any]:
-        return render_peer(db, ids)
+    ``counting``: another database object over the same data that the queries
+    are counted on (PostgreSQL's, behind the counting proxy, which ``db`` is
+    not, so the proxy costs the timed renders nothing); by default ``db``.
+    """
+    count_db = counting or db
+    count_blog = blog_views.loaders(count_db) if counting is not None else blog
+    count_db.default_batch_size = db.default_batch_size
 
-    def ours() -> Awaitable[Any]:
-        return blog_views.render_batchy(blog, ids)
+    def peer(on: Any = db) -> Awaitable[Any]:
+        return render_peer(on, ids)
+
+    def ours(on: blog_views.Blog = blog) -> Awaitable[Any]:
+        return blog_views.render_batchy(on, ids)
 
     async def in_one_loop() -> dict[str, Any]:  # an ASGI server: every page in one loop
-        (page, _), peer_queries, _ = await counted(db, peer)
-        mine, queries, rounds = await counted(db, ours)
+        (page, _), peer_queries, _ = await counted(count_db, lambda: peer(count_db))
+        mine, queries, rounds = await counted(count_db, lambda: ours(count_blog))
         assert mine == page, "batchy rendered a different page"
         medians = await amedian_times({"aiodataloader": peer, "batchy": ours})
         return {"path": "async", "peer_q": peer_queries, "q": queries, "rounds": rounds, **medians}
 
     row = asyncio.run(in_one_loop())
     # Sync: each page in a new loop, as in a Flask view; counted inside that loop,
-    # since a MariaDB pool lives and dies with its loop.
-    _, peer_queries, _ = asyncio.run(counted(db, peer))
-    _, queries, rounds = batchy.run(counted(db, ours))
+    # since a pool lives and dies with its loop.
+    _, peer_queries, _ = asyncio.run(counted(count_db, lambda: peer(count_db)))
+    _, queries, rounds = batchy.run(counted(count_db, lambda: ours(count_blog)))
     medians = median_times(
         {
             "aiodataloader": lambda: asyncio.run(render_peer(db, ids)),
@@ -324,25 +284,35 @@ def compare_row(db: Any, blog: blog_views.Blog, ids: list[int]) -> list[dict[str
     return [row, sync]
 
 
-def compare() -> None:
-    stores: list[tuple[str, Any]] = []
+def compare(only: list[str] | None = None) -> None:
+    """The comparison on every store reachable (or those named in ``only``)."""
+    stores: list[tuple[str, Any, Any]] = []  # (name, database, database to count on)
     url = urlsplit(MYSQL_URL)
-    if reachable(f"{url.hostname}:{url.port or 3306}"):
+    if (only is None or "MariaDB" in only) and reachable(f"{url.hostname}:{url.port or 3306}"):
         # Declared once, as a module would; run() seeded its tables.
-        stores.append(("MariaDB", mysql.Database.from_url(MYSQL_URL, maxsize=4)))
+        if only is not None:
+            db = batchy.run(mysql.connect(MYSQL_URL, maxsize=4))
+            batchy.run(blog_seed.seed(db, users=USERS, posts=SEEDED, comments=COMMENTS))
+        stores.append(("MariaDB", mysql.Database.from_url(MYSQL_URL, maxsize=4), None))
+    pg = None
+    if only is None or "PostgreSQL" in only:
+        pg = _postgres_blog.blog_database(users=USERS, posts=SEEDED, comments=COMMENTS)
+        if pg is not None:
+            stores.append(("PostgreSQL", pg.db, pg.counted))
     tmp = tempfile.mkdtemp(prefix="batchy-bench-")
     lite = sqlite.Database(f"{tmp}/blog.db", trace=Trace())
-    batchy.run(blog_seed.seed(lite, users=USERS, posts=SEEDED, comments=COMMENTS))
-    stores.append(("SQLite", lite))
+    if only is None or "SQLite" in only:
+        batchy.run(blog_seed.seed(lite, users=USERS, posts=SEEDED, comments=COMMENTS))
+        stores.append(("SQLite", lite, None))
     rows: list[list[Any]] = []
     slower: list[str] = []
     off_target: list[str] = []
     try:
-        for store, db in stores:
+        for store, db, counting in stores:
             db.default_batch_size = BIG_BATCH
             blog = blog_views.loaders(db)  # module-level loaders, shared by every page
             for page, posts in PAGES.items():
-                for r in compare_row(db, blog, list(range(1, posts + 1))):
+                for r in compare_row(db, blog, list(range(1, posts + 1)), counting):
                     name = f"{store} {page} {r['path']}"
                     rows.append(
                         [
@@ -361,14 +331,18 @@ def compare() -> None:
                         slower.append(name)
                     if r["q"] != len(blog.all()):
                         off_target.append(name)
+        if pg is not None:
+            matching = _postgres_blog.matching_cost(pg)
     finally:
         lite.close_now()
         shutil.rmtree(tmp, ignore_errors=True)
+        if pg is not None:
+            pg.drop()
     print(
         table(
             f"batchy vs aiodataloader, median of {REPEAT}: async = every page in one event "
             "loop; sync = a new loop per page (batchy.run / asyncio.run), database declared "
-            "once; queries = MariaDB Questions / SQLite trace",
+            "once; queries = MariaDB Questions / PostgreSQL statements received / SQLite trace",
             [
                 "store",
                 "page",
@@ -391,6 +365,8 @@ def compare() -> None:
         "target: batchy at least as fast as aiodataloader on every row -> "
         + ("PASS" if not slower else f"FAIL ({', '.join(slower)})")
     )
+    if pg is not None:
+        print(matching)
 
 
 def main() -> None:
@@ -399,4 +375,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:]:
+        compare(sys.argv[1:])
+    else:
+        main()

@@ -1,7 +1,7 @@
-"""GraphQL feed query (50 posts x 20 comments): batchy vs strawberry's DataLoader vs aiodataloader.
+"""GraphQL: the feed at two sizes, a list of scalars, and the feed over HTTP, vs DataLoaders.
 
-Every contender runs the same graphql-core schema and query, the feed of the
-GraphQL issue scaled up; only the resolvers' loading differs:
+Every in-process contender runs the same graphql-core schema and query; only the
+resolvers' loading differs:
 
 - **batchy async**: resolvers return batchy loader futures; ``await
   batchy_contrib.graphql.graphql(...)``.
@@ -9,18 +9,31 @@ GraphQL issue scaled up; only the resolvers' loading differs:
 - **batchy.DataLoader**: the DataLoader-compatible class, per-request instances.
 - **strawberry DataLoader** / **aiodataloader**: per-request DataLoader instances,
   resolvers return ``loader.load(key)``; plain ``graphql.graphql(...)`` (graphql-core async).
-- **graphql-core sync, no loaders** (a reference, not a peer): the same schema with
-  every resolver answering from memory at once, on graphql-core's own sync
-  executor: the floor of executing this query on graphql-core.
+- **graphql-core sync / async, no loaders** (a reference, not a peer): the same
+  schema with every resolver answering from memory at once, on graphql-core's
+  own ``graphql_sync`` (``execute_sync``) or ``graphql``: the floor of executing
+  the query on graphql-core.
+
+The tables:
+
+1. the feed of the GraphQL issues, 50 posts x 20 comments and every author;
+2. the same feed with 2,000 posts x 3 comments (the acceptance feed's shape);
+3. a list of 5,000 items with 10 scalar fields, loaded in one call;
+4. the 50 x 20 feed served over HTTP by uvicorn with strawberry, on batchy and on
+   strawberry's DataLoader: requests/s at 8 concurrent clients
+   (``benchmarks/_graphql_http.py``).
 
 Batch functions answer at once (no I/O), so the time is the cost of execution and
-batching. Rounds for the DataLoaders are the loop iterations in which batch calls ran.
+batching. Rounds for the DataLoaders are the loop iterations in which batch calls
+ran. ``BATCHY_BENCH_SCALE`` (default 1) scales the number of runs and the HTTP
+durations: ``BATCHY_BENCH_SCALE=0.2`` for a quick look.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -30,150 +43,24 @@ import aiodataloader
 import graphql as gql
 import strawberry.dataloader
 
-import batchy
 from batchy.dataloader import DataLoader as BatchyDataLoader
 from batchy.testing import record
 from batchy_contrib import graphql as bgql
 
+from . import _graphql_http as over_http
+from ._graphql_data import Counter, Feed, ItemList
 from ._util import fmt_ms, ratio, table
 
-N_POSTS = 50
-N_COMMENTS = 20
-N_USERS = 100
+SCALE = float(os.environ.get("BATCHY_BENCH_SCALE", "1"))  # 0.2 for a quick look
 
-USERS = {i: {"id": i, "name": f"user {i}"} for i in range(1, N_USERS + 1)}
-POSTS = [{"id": p, "title": f"post {p}", "author_id": (p - 1) % 10 + 1} for p in range(1, 51)]
-COMMENTS = {
-    p: [
-        {"id": c, "body": f"comment {c}", "author_id": (c - 1) % N_USERS + 1}
-        for c in range(N_COMMENTS * (p - 1) + 1, N_COMMENTS * p + 1)
-    ]
-    for p in range(1, N_POSTS + 1)
-}
-
-SDL = """
-type Query { viewer: User!, feed(first: Int = 10): [Post!]! }
-type User { id: ID!, name: String! }
-type Post { id: ID!, title: String!, author: User!, comments: [Comment!]! }
-type Comment { id: ID!, body: String!, author: User! }
-"""
-QUERY = f"""{{
-  viewer {{ id name }}
-  feed(first: {N_POSTS}) {{
-    id title author {{ id name }}
-    comments {{ id body author {{ id name }} }}
-  }}
-}}"""
+SMALL_FEED = Feed(posts=50, comments=20, users=100)
+BIG_FEED = Feed(posts=2000, comments=3, users=1000)
+ITEMS = ItemList(5000)
+HTTP_CLIENTS = 8
 
 
-class Counter:
-    """Counts batch calls and the loop iterations ("rounds") they ran in."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.ticks: set[int] = set()
-        self.tick = 0
-
-    def hit(self) -> None:
-        self.calls += 1
-        self.ticks.add(self.tick)
-
-    async def run(self, aw: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        done = False
-
-        def ticker() -> None:
-            self.tick += 1
-            if not done:
-                loop.call_soon(ticker)
-
-        loop.call_soon(ticker)
-        try:
-            return await aw
-        finally:
-            done = True
-
-
-COUNTER = Counter()
-
-
-async def load_users(ids: list[int]) -> list[Any]:
-    COUNTER.hit()
-    return [USERS.get(i) for i in ids]
-
-
-async def load_feed(firsts: list[int]) -> list[Any]:
-    COUNTER.hit()
-    return [POSTS[:n] for n in firsts]
-
-
-async def load_comments(post_ids: list[int]) -> list[Any]:
-    COUNTER.hit()
-    return [COMMENTS.get(p, []) for p in post_ids]
-
-
-users_by_id = batchy.batched(load_users)
-feed_posts = batchy.batched(load_feed)
-comments_by_post = batchy.batched(load_comments)
-
-
-def make_schema(get: Callable[[Any, str], Callable[[Any], Any]], uneven: bool = False) -> Any:
-    """The schema, with resolvers that load through ``get(info, loader_name)(key)``.
-
-    ``uneven``: resolvers of odd objects take two loop hops (``asyncio.sleep(0)``)
-    before they load, as a permission check or a second await would.
-    """
-    schema = gql.build_schema(SDL)
-    query = schema.query_type
-    assert query is not None
-    post = schema.get_type("Post")
-    comment = schema.get_type("Comment")
-    assert isinstance(post, gql.GraphQLObjectType)
-    assert isinstance(comment, gql.GraphQLObjectType)
-
-    def field(name: str, key: Callable[[Any], Any]) -> Callable[..., Any]:
-        def resolve(obj: Any, info: Any, **args: Any) -> Any:
-            k = key(obj) if not args else args["first"]
-            if uneven and isinstance(obj, dict) and obj["id"] % 2:
-                return hops(get(info, name), k)
-            return get(info, name)(k)
-
-        return resolve
-
-    async def hops(load: Callable[[Any], Any], key: Any) -> Any:
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        return await load(key)
-
-    query.fields["viewer"].resolve = lambda root, info: get(info, "users")(1)
-    query.fields["feed"].resolve = field("feed", lambda root: None)
-    post.fields["author"].resolve = field("users", lambda obj: obj["author_id"])
-    post.fields["comments"].resolve = field("comments", lambda obj: obj["id"])
-    comment.fields["author"].resolve = field("users", lambda obj: obj["author_id"])
-    return schema
-
-
-BATCHY = {"users": users_by_id, "feed": feed_posts, "comments": comments_by_post}
-IN_MEMORY = {
-    "users": USERS.get,
-    "feed": lambda n: POSTS[:n],
-    "comments": lambda p: COMMENTS.get(p, []),
-}
-PLAIN_SCHEMA = make_schema(lambda info, name: IN_MEMORY[name])
-SCHEMAS = {
-    (kind, uneven): make_schema(
-        (lambda info, name: BATCHY[name])
-        if kind == "batchy"
-        else (lambda info, name: info.context[name].load),
-        uneven,
-    )
-    for kind in ("batchy", "context")
-    for uneven in (False, True)
-}
-
-
-def loaders(cls: Any) -> dict[str, Any]:
-    return {"users": cls(load_users), "feed": cls(load_feed), "comments": cls(load_comments)}
+def runs(n: int) -> int:
+    return max(3, round(n * SCALE))
 
 
 def check(result: gql.ExecutionResult) -> gql.ExecutionResult:
@@ -182,103 +69,204 @@ def check(result: gql.ExecutionResult) -> gql.ExecutionResult:
     return result
 
 
-def contenders(uneven: bool) -> dict[str, Callable[..., Any]]:
-    ours = SCHEMAS["batchy", uneven]
-    theirs = SCHEMAS["context", uneven]
+def on_loop(make: Callable[[], Any], counter: Callable[[], Counter] | None = None) -> Any:
+    """A contender that runs ``await make()`` in a new event loop, as a request would."""
 
-    def on_loop(make: Callable[[], Any]) -> Callable[..., Any]:
-        def run(tick: bool = False) -> None:
-            # The ticker counts loop iterations for the DataLoaders' rounds; it
-            # keeps the loop busy, so it runs only in the counting run.
-            async def main() -> None:
-                check(await (COUNTER.run(make()) if tick else make()))
-                # Return nothing: on exit asyncio.run formats the repr of the
-                # main task, result included, which for a response costs ~1 ms.
+    def run(tick: bool = False) -> None:
+        # The ticker counts loop iterations for the DataLoaders' rounds; it
+        # keeps the loop busy, so it runs only in the counting run.
+        async def main() -> None:
+            aw = make()
+            check(await (counter().run(aw) if tick and counter else aw))
+            # Return nothing: on exit asyncio.run formats the repr of the
+            # main task, result included, which for a response costs ~1 ms.
 
-            asyncio.run(main())
+        asyncio.run(main())
 
-        return run
+    return run
+
+
+def feed_contenders(feed: Feed, uneven: bool) -> dict[str, Callable[..., Any]]:
+    ours = feed.schema(lambda info, name: feed.batched[name], uneven)
+    theirs = feed.schema(lambda info, name: info.context[name].load, uneven)
+    plain = feed.schema(lambda info, name: feed.in_memory[name])
+    query = feed.query
 
     def their(cls: Any) -> Callable[..., Any]:
-        return on_loop(lambda: gql.graphql(theirs, QUERY, context_value=loaders(cls)))
+        make = lambda: gql.graphql(theirs, query, context_value=feed.loaders(cls))  # noqa: E731
+        return on_loop(make, lambda: feed.counter)
 
     return {
-        "batchy async": on_loop(lambda: bgql.graphql(ours, QUERY)),
-        "batchy sync": lambda tick=False: check(bgql.graphql_sync(ours, QUERY)),
+        "batchy async": on_loop(lambda: bgql.graphql(ours, query)),
+        "batchy sync": lambda tick=False: check(bgql.graphql_sync(ours, query)),
         "batchy.DataLoader": on_loop(
-            lambda: bgql.graphql(theirs, QUERY, context_value=loaders(BatchyDataLoader))
+            lambda: bgql.graphql(theirs, query, context_value=feed.loaders(BatchyDataLoader))
         ),
         "strawberry DataLoader": their(strawberry.dataloader.DataLoader),
         "aiodataloader": their(aiodataloader.DataLoader),
-        "graphql-core sync, no loaders": lambda tick=False: check(
-            gql.graphql_sync(PLAIN_SCHEMA, QUERY)
-        ),
+        "graphql-core sync, no loaders": lambda tick=False: check(gql.graphql_sync(plain, query)),
     }
 
 
-def count(name: str, fn: Callable[..., Any]) -> tuple[int, int]:
+def count(feed: Feed, name: str, fn: Callable[..., Any]) -> tuple[int, int]:
     """Batch calls and rounds of one query."""
-    global COUNTER
-    COUNTER = Counter()
+    feed.counter = Counter()
     ours = name.startswith("batchy")
     with record() as rec:
         fn(tick=not ours)
     if name.startswith("graphql-core"):
         return 0, 0  # no loaders
-    return COUNTER.calls, rec.rounds if ours else len(COUNTER.ticks)
+    return feed.counter.calls, rec.rounds if ours else len(feed.counter.ticks)
 
 
-def main() -> None:
-    even, uneven = contenders(False), contenders(True)
-    counts = {name: count(name, fn) for name, fn in even.items()}
-    uneven_counts = {name: count(name, fn) for name, fn in uneven.items()}
-    # Time the contenders in turns, so that a noisy neighbour slows all alike.
-    times: dict[str, list[float]] = {name: [] for name in even}
-    for _ in range(3):
-        for fn in even.values():
-            fn()
-    for _ in range(25):
-        for name, fn in even.items():
+def timed(fns: dict[str, Callable[..., Any]], repeat: int) -> dict[str, list[float]]:
+    """Every contender's times, the contenders taking turns so a noisy neighbour slows all."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
             gc.collect()
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
+    return times
+
+
+def feed_table(feed: Feed, repeat: int) -> tuple[str, dict[str, float]]:
+    even, uneven = feed_contenders(feed, False), feed_contenders(feed, True)
+    counts = {name: count(feed, name, fn) for name, fn in even.items()}
+    uneven_counts = {name: count(feed, name, fn) for name, fn in uneven.items()}
+    times = timed(even, repeat)
     medians = {name: statistics.median(t) for name, t in times.items()}
-    best = {name: min(t) for name, t in times.items()}
     strawberry_time = medians["strawberry DataLoader"]
-    rows = []
-    for name, seconds in medians.items():
-        calls, rounds = counts[name]
-        u_calls, u_rounds = uneven_counts[name]
-        rows.append(
-            [
-                name,
-                fmt_ms(seconds),
-                fmt_ms(best[name]),
-                ratio(strawberry_time, seconds),
-                calls,
-                rounds,
-                u_calls,
-                u_rounds,
-            ]
-        )
-    print(
-        table(
-            f"GraphQL feed: {N_POSTS} posts x {N_COMMENTS} comments "
-            f"(graphql-core {gql.__version__}), time per query, 25 runs in turns",
-            [
-                "contender",
-                "median",
-                "best",
-                "median speed vs strawberry",
-                "calls",
-                "rounds",
-                "uneven: calls",
-                "uneven: rounds",
-            ],
-            rows,
-        )
+    rows = [
+        [
+            name,
+            fmt_ms(seconds),
+            fmt_ms(min(times[name])),
+            ratio(strawberry_time, seconds),
+            *counts[name],
+            *uneven_counts[name],
+        ]
+        for name, seconds in medians.items()
+    ]
+    title = (
+        f"GraphQL feed: {feed} (graphql-core {gql.__version__}), "
+        f"time per query, {repeat} runs in turns"
     )
+    header = ["contender", "median", "best", "median speed vs strawberry", "calls", "rounds"]
+    return table(title, [*header, "uneven: calls", "uneven: rounds"], rows), medians
+
+
+def list_contenders(items: ItemList) -> dict[str, Callable[..., Any]]:
+    ours = items.schema(lambda root, info, first: items.batched(first))
+    theirs = items.schema(lambda root, info, first: info.context.load(first))
+    plain = items.schema(lambda root, info, first: items.rows[:first])
+    query = items.query
+
+    def dataloader() -> Any:
+        loader = strawberry.dataloader.DataLoader(items.batch_function)
+        return gql.graphql(theirs, query, context_value=loader)
+
+    return {
+        "batchy sync": lambda: check(bgql.graphql_sync(ours, query)),
+        "batchy async": on_loop(lambda: bgql.graphql(ours, query)),
+        "strawberry DataLoader": on_loop(dataloader),
+        "graphql-core sync, no loaders": lambda: check(gql.graphql_sync(plain, query)),
+        "graphql-core async, no loaders": on_loop(lambda: gql.graphql(plain, query)),
+    }
+
+
+def list_table(items: ItemList, repeat: int) -> tuple[str, dict[str, float]]:
+    fns = list_contenders(items)
+    plain = items.schema(lambda root, info, first: items.rows[:first])
+    ours = items.schema(lambda root, info, first: items.batched(first))
+    if bgql.graphql_sync(ours, items.query).data != gql.graphql_sync(plain, items.query).data:
+        raise RuntimeError("batchy and graphql-core answered the list differently")
+    times = timed(fns, repeat)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    core = medians["graphql-core sync, no loaders"]
+    rows = [
+        [name, fmt_ms(s), fmt_ms(min(times[name])), ratio(core, s)] for name, s in medians.items()
+    ]
+    title = (
+        f"GraphQL list: {items} (graphql-core {gql.__version__}), "
+        f"time per query, {repeat} runs in turns"
+    )
+    header = ["contender", "median", "best", "median speed vs graphql-core sync"]
+    return table(title, header, rows), medians
+
+
+def http_table(feed: Feed, repeat: int, seconds: float) -> tuple[str, dict[str, float]]:
+    systems = {"strawberry + batchy": "batchy", "strawberry + DataLoader": "dataloader"}
+    args = (feed.posts, feed.comments_per_post, feed.n_users)
+    with over_http.server("batchy", *args) as ours, over_http.server("dataloader", *args) as theirs:
+        urls = {"strawberry + batchy": ours, "strawberry + DataLoader": theirs}
+        answers = {name: over_http.fetch_once(url, feed.query) for name, url in urls.items()}
+        if len({repr(a["data"]) for a in answers.values()}) != 1:
+            raise RuntimeError("the HTTP servers answered the feed differently")
+        stats = answers["strawberry + batchy"]["extensions"]["batchy"]
+        for url in urls.values():  # warm up: connections, caches, the allocator
+            over_http.requests_per_second(
+                url, feed.query, clients=HTTP_CLIENTS, seconds=seconds / 2
+            )
+        rates: dict[str, list[float]] = {name: [] for name in urls}
+        for _ in range(repeat):
+            for name, url in urls.items():
+                rate = over_http.requests_per_second(
+                    url, feed.query, clients=HTTP_CLIENTS, seconds=seconds
+                )
+                rates[name].append(rate)
+    medians = {name: statistics.median(r) for name, r in rates.items()}
+    rows = [
+        [
+            name,
+            f"{medians[name]:.1f}",
+            f"{min(r):.1f}-{max(r):.1f}",
+            f"{medians[name] / medians['strawberry + DataLoader']:.1f}x",
+            f"{stats['rounds']} rounds, {sum(stats['calls'].values())} calls"
+            if systems[name] == "batchy"
+            else "-",
+        ]
+        for name, r in rates.items()
+    ]
+    title = (
+        f"GraphQL over HTTP: the feed, {feed}, strawberry's ASGI app on uvicorn; "
+        f"requests/s at {HTTP_CLIENTS} concurrent clients (httpx, another process), "
+        f"{repeat} runs of {seconds:.0f} s in turns"
+    )
+    header = ["server", "requests/s median", "range", "vs DataLoader", "batchy per request"]
+    return table(title, header, rows), medians
+
+
+def verdict(name: str, measured: float, target: float) -> str:
+    return f"target: {name} at least {target:g}x: {measured:.2f}x -> " + (
+        "PASS" if measured >= target else "FAIL"
+    )
+
+
+def main() -> None:
+    text, small = feed_table(SMALL_FEED, runs(25))
+    print(text)
+    speed = small["strawberry DataLoader"] / small["batchy async"]
+    print(verdict("batchy async vs strawberry's DataLoader (issue 4)", speed, 2), flush=True)
+
+    text, big = feed_table(BIG_FEED, runs(9))
+    print(f"\n{text}")
+    speed = big["strawberry DataLoader"] / big["batchy async"]
+    print(verdict("batchy async vs strawberry's DataLoader", speed, 4), flush=True)
+
+    text, listed = list_table(ITEMS, runs(9))
+    print(f"\n{text}")
+    core = listed["graphql-core sync, no loaders"]
+    slower = max(listed["batchy sync"], listed["batchy async"])
+    print(verdict("batchy (the slower of sync and async) vs execute_sync", core / slower, 2))
+
+    text, rates = http_table(SMALL_FEED, runs(5), max(1.0, 4 * SCALE))
+    print(f"\n{text}")
+    speed = rates["strawberry + batchy"] / rates["strawberry + DataLoader"]
+    print(verdict("requests/s, strawberry + batchy vs + DataLoader", speed, 2), flush=True)
 
 
 if __name__ == "__main__":

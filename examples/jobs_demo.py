@@ -8,13 +8,16 @@ so the loads of all running jobs share batch calls. Run it with ``make demo``, o
 
 It prints jobs per second and how many loader calls (one SQL query each) served
 them, against the one-query-per-load a job queue without batching would make.
-It exits with status 1 if any job failed or batching did not happen.
+It exits with status 1 if any job failed or batching did not happen. Then it
+keeps its store and prints the command that opens the dashboard on it (not
+with ``--quiet``, which removes the store).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import sqlite3
 import sys
@@ -60,7 +63,8 @@ def teams_by_id(ids: list[int]) -> dict[int, dict[str, Any]]:
     return select("teams", ids)
 
 
-store = tempfile.mkdtemp(prefix="batchy-jobs-demo-")
+# $BATCHY_DEMO_STORE: the store of an earlier run, for the dashboard (see the end of main).
+store = os.environ.get("BATCHY_DEMO_STORE") or tempfile.mkdtemp(prefix="batchy-jobs-demo-")
 queue = Queue(SQLiteBackend(Path(store) / "jobs.db"), keep_result=0)
 sent: list[str] = []
 
@@ -102,6 +106,12 @@ async def main(jobs: int, concurrency: int, quiet: bool) -> int:
     if not ok:
         print(f"FAILED: sent {len(sent)}/{jobs}, dead {info.dead}, queries {queries}")
         return 1
+    if not quiet:
+        print("open the dashboard on this store (needs: pip install 'batchy[dashboard]'):")
+        print(
+            f"  BATCHY_DEMO_STORE={store} {sys.executable} -m batchy dashboard "
+            "examples.jobs_demo:queue --port 8000"
+        )
     return 0
 
 
@@ -114,5 +124,6 @@ if __name__ == "__main__":
     try:
         code = asyncio.run(main(args.jobs, args.concurrency, args.quiet))
     finally:
-        shutil.rmtree(store, ignore_errors=True)
+        if args.quiet:  # otherwise kept, for the dashboard
+            shutil.rmtree(store, ignore_errors=True)
     sys.exit(code)

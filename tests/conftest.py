@@ -1,4 +1,4 @@
-"""Shared fixtures: real servers (MariaDB, Redis, memcached); under CI=true a missing one fails.
+"""Shared fixtures: real servers (MariaDB, Redis, memcached, PostgreSQL); under CI=true a missing one fails.
 
 Also, for the whole suite: a test during which asyncio logged an error from a
 callback ("Exception in callback ...", "... exception was never retrieved")
@@ -43,6 +43,7 @@ SERVERS = {
     "mariadb": ("127.0.0.1", 3306),
     "redis": ("127.0.0.1", 6379),
     "memcached": ("127.0.0.1", 11211),
+    "postgres": ("127.0.0.1", 5432),
 }
 
 
@@ -78,6 +79,11 @@ def redis_server() -> tuple[str, int]:
 @pytest.fixture
 def memcached() -> tuple[str, int]:
     return require_server("memcached")
+
+
+@pytest.fixture
+def postgres_server() -> tuple[str, int]:
+    return require_server("postgres")
 
 
 # -- asyncio callback errors that involve batchy ----------------------------------------

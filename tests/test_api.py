@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ENGINE_LAYERS = [
     "_errors",
     "_hooks",
+    "_stats",
     "_scheduler",
     "_scope",
     "_future",
@@ -38,6 +39,7 @@ def test_exported_names_are_exactly_the_public_api() -> None:
         "MissingKeyError",
         "RoundEvent",
         "Scope",
+        "ScopeStats",
         "Task",
         "TaskFunction",
         "UsageError",

@@ -14,7 +14,9 @@
     await welcome.enqueue(42)          # then: batchy worker app:queue --concurrency 100
 """
 
-from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
+from ._activity import Activity
+from ._admin import Admin
+from ._backend import COUNTS_KEPT, DEAD_MAX, DEAD_MAX_AGE, Backend
 from ._cron import Cron, Every, Schedule
 from ._errors import (
     ArgumentError,
@@ -22,6 +24,8 @@ from ._errors import (
     DelayError,
     JobDefinitionError,
     JobError,
+    JobNotFound,
+    JobStateError,
     JobTimeout,
     LeaseLost,
     PayloadError,
@@ -47,15 +51,19 @@ from ._model import (
     WorkerInfo,
 )
 from ._queue import Periodic, Queue
+from ._records import JobInfo, JobPage, PeriodicInfo, ShardInfo, StoredJob
 from ._retry import DEFAULT_RETRIES, Backoff, NoRetry, Retry, sidekiq_backoff
 from ._sharded import ShardedJob
 from ._sqlite import SQLiteBackend
 from ._worker import Worker, parse_queues
 
 __all__ = [
+    "COUNTS_KEPT",
     "DEAD_MAX",
     "DEAD_MAX_AGE",
     "DEFAULT_RETRIES",
+    "Activity",
+    "Admin",
     "ArgumentError",
     "Backend",
     "Backoff",
@@ -76,6 +84,10 @@ __all__ = [
     "JobError",
     "JobEvent",
     "JobHook",
+    "JobInfo",
+    "JobNotFound",
+    "JobPage",
+    "JobStateError",
     "JobStatus",
     "JobTimeout",
     "JobType",
@@ -86,6 +98,7 @@ __all__ = [
     "Outcome",
     "PayloadError",
     "Periodic",
+    "PeriodicInfo",
     "Queue",
     "QueueInfo",
     "ResultNotKept",
@@ -93,9 +106,11 @@ __all__ = [
     "Running",
     "SQLiteBackend",
     "Schedule",
+    "ShardInfo",
     "ShardedJob",
     "SerializationError",
     "Serializer",
+    "StoredJob",
     "UnknownJobError",
     "Worker",
     "WorkerInfo",

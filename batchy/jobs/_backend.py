@@ -65,25 +65,46 @@ every backend:
   taken by a worker without room for all the work is passed on. An idle worker
   costs the store at most one outstanding wait; the call may be cancelled at
   any time, and ``forget_worker`` ends what it left.
+- Operating (:class:`batchy.jobs.Admin` speaks these): ``list_jobs`` pages
+  through one state with keyset cursors and reads a bounded part of the store
+  per call, whatever its size; ``job`` is one job's record; ``act`` applies an
+  operator's action to every id or, if any id is unknown or in a state the
+  action does not apply to, to none. A ``cancel`` is recorded for the job's
+  current claim and reaches its worker in :attr:`Claims.cancel` at its next
+  ``cycle``; the run's outcome (fenced as always) ends the request, and so does
+  the claim ending any other way. ``info`` lists with each live worker the jobs
+  it holds leases on now, not as of its last heartbeat.
+- Activity counters (:mod:`batchy.jobs._activity`): ``add_counts`` adds a
+  worker's per-minute counts to the store's, summing what every worker adds to
+  the same ``(minute, name)``; ``read_counts`` returns the sums from a minute
+  on. A store may drop minutes older than :data:`COUNTS_KEPT` before the
+  ``now`` of a call. The default keeps them in this object, which the memory
+  store needs; stores shared between processes keep them in the store.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Sequence
-from typing import Any
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, ClassVar
 
 from ._errors import ConfigError
 from ._model import Claims, DeadJob, Envelope, Info, JobStatus, KeyInfo, Outcome, WorkerInfo
+from ._records import StoredJob, cut_page, decode_cursor, encode_cursor, merge_pages
 from ._screen import check_envelopes, screen_outcomes
 
-__all__ = ["DEAD_MAX", "DEAD_MAX_AGE", "Backend"]
+__all__ = ["COUNTS_KEPT", "DEAD_MAX", "DEAD_MAX_AGE", "Backend"]
 
 #: Dead jobs kept at most (the oldest go first), as in Sidekiq.
 DEAD_MAX = 10_000
 #: Seconds a dead job is kept at most (180 days), as in Sidekiq.
 DEAD_MAX_AGE = 180 * 24 * 3600.0
+#: Minutes of activity counters a store keeps at least (two hours: a dashboard shows one).
+COUNTS_KEPT = 120
 
 
 class Backend(abc.ABC):
@@ -91,6 +112,15 @@ class Backend(abc.ABC):
 
     dead_max: int = DEAD_MAX
     dead_max_age: float = DEAD_MAX_AGE
+
+    #: The operator's actions :meth:`act` knows, and the states each applies to.
+    actions: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "delete": ("queued", "scheduled", "retrying", "blocked"),
+        "run_now": ("scheduled", "retrying"),
+        "cancel": ("running",),
+        "retry_dead": ("dead",),
+        "delete_dead": ("dead",),
+    }
 
     @abc.abstractmethod
     async def push(
@@ -212,3 +242,108 @@ class Backend(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional for stores with nothing to close
         """Release connections."""
+
+    # -- activity counters (batchy.jobs._activity) ---------------------------------------
+
+    async def add_counts(self, counts: Mapping[tuple[int, str], int], now: float) -> None:
+        """Add ``counts`` (``(Unix minute, name) -> amount``) to the store's counters.
+
+        Workers call it beside their heartbeat. The default keeps the counters in
+        this object, so only this process sees them: stores shared between
+        processes override both methods.
+        """
+        kept: dict[tuple[int, str], int] = self.__dict__.setdefault("_activity_counts", {})
+        for key, amount in counts.items():
+            kept[key] = kept.get(key, 0) + amount
+        oldest = int(now // 60) - COUNTS_KEPT
+        for key in [k for k in kept if k[0] < oldest]:
+            del kept[key]
+
+    async def read_counts(self, since: int, now: float) -> dict[tuple[int, str], int]:
+        """The counters of minute ``since`` (a Unix minute) and later, summed over all workers."""
+        kept: dict[tuple[int, str], int] = self.__dict__.get("_activity_counts", {})
+        return {k: v for k, v in kept.items() if k[0] >= since}
+
+    # -- operating (batchy.jobs.Admin) ---------------------------------------------------
+
+    def describe(self) -> str:
+        """The store's kind and location for people, without passwords: ``SQLite /srv/jobs.db``."""
+        return type(self).__name__
+
+    async def list_jobs(
+        self,
+        state: str,
+        now: float,
+        *,
+        queue: str | None = None,
+        key: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> tuple[list[StoredJob], str | None]:
+        """Up to ``limit`` jobs in ``state`` after cursor ``after``, and the next page's cursor.
+
+        ``queue`` and ``key`` (an ordering key) narrow the list; ``done`` jobs keep
+        neither. Orders: ``queued`` queue by queue (by name), each in claim order;
+        ``scheduled`` and ``retrying`` by due time; ``running`` by id; ``blocked``
+        in push order (a store that keeps no such order: any); with ``key``, every
+        state in push order; ``dead`` newest first; ``done`` by the time their
+        result expires, latest first. The cursor is None after the last page. A call
+        reads a bounded part of the store: it may return fewer than ``limit`` jobs
+        and a cursor to go on from.
+        """
+        raise self._cannot_operate()
+
+    async def job(self, job_id: str, now: float) -> StoredJob | None:
+        """The job's record in whatever state it is, or None if the store does not hold it."""
+        raise self._cannot_operate()
+
+    async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
+        """Apply ``action`` (a key of :attr:`actions`) to all ``ids`` or to none.
+
+        Returns ``{}`` when it was applied, else, for each id it does not apply to,
+        the state the job is in (``unknown`` when the store does not hold it), and
+        nothing changed.
+        """
+        raise self._cannot_operate()
+
+    def _cannot_operate(self) -> ConfigError:
+        return ConfigError(
+            f"{self!r} cannot list or manage jobs; implement list_jobs(), job() and act() "
+            "in this store, or use one of batchy's (memory, SQLite, Redis, PostgreSQL)"
+        )
+
+    @staticmethod
+    def refusals(found: Mapping[str, str], action: str, ids: Sequence[str]) -> dict[str, str]:
+        """For :meth:`act`: each id whose state (``found``, by id) ``action`` does not apply to."""
+        allowed = Backend.actions[action]
+        return {i: found.get(i, "unknown") for i in ids if found.get(i) not in allowed}
+
+    #: For stores: the opaque cursor of a ``state`` listing after a sort key, and back;
+    #: a page cut from the jobs read, and one merged from several reads (per queue).
+    make_cursor = staticmethod(encode_cursor)
+    read_cursor = staticmethod(decode_cursor)
+    cut_page = staticmethod(cut_page)
+    merge_pages = staticmethod(merge_pages)
+
+    @staticmethod
+    def with_running(
+        workers: Iterable[WorkerInfo], leases: Iterable[tuple[str, str]]
+    ) -> tuple[WorkerInfo, ...]:
+        """For :meth:`info`: each worker with the jobs ``leases`` (``(worker, job id)``) give it."""
+        held: dict[str, list[str]] = {}
+        for worker, job_id in leases:
+            held.setdefault(worker, []).append(job_id)
+        return tuple(replace(w, running=tuple(sorted(held.get(w.id, ())))) for w in workers)
+
+    @staticmethod
+    def redact(location: str) -> str:
+        """``location`` (a URL or a libpq ``key=value`` string) with any password masked."""
+        if "://" in location:
+            parts = urllib.parse.urlsplit(location)
+            if parts.password is not None:
+                host = parts.netloc.rpartition("@")[2]
+                user = parts.username or ""
+                parts = parts._replace(netloc=f"{user}:***@{host}")
+            query = re.sub(r"(?i)(password=)[^&]*", r"\1***", parts.query)
+            return urllib.parse.urlunsplit(parts._replace(query=query))
+        return re.sub(r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", location)

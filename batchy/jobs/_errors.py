@@ -11,6 +11,8 @@
           +-- JobTimeout          a job ran longer than its ``timeout``
           +-- LeaseLost           a sharded job's worker lost its lease: another runs it now
           +-- ConfigError         a worker or CLI option is wrong
+          +-- JobNotFound         an operator's action names a job id the store does not hold
+          +-- JobStateError       an operator's action does not apply to the job's state
 
 Every message names the job, queue or value and suggests a fix.
 """
@@ -25,6 +27,8 @@ __all__ = [
     "DelayError",
     "JobDefinitionError",
     "JobError",
+    "JobNotFound",
+    "JobStateError",
     "JobTimeout",
     "LeaseLost",
     "PayloadError",
@@ -71,3 +75,11 @@ class LeaseLost(JobError):
 
 class ConfigError(JobError):
     """A worker, backend or command-line option is invalid."""
+
+
+class JobNotFound(JobError, LookupError):
+    """An operator's action or lookup names a job id that is not in the store (nothing changed)."""
+
+
+class JobStateError(JobError):
+    """An operator's action does not apply to a job in its current state (nothing changed)."""

@@ -1,4 +1,4 @@
-"""What a failed attempt becomes: a retry after a checked delay, or the dead set, and why.
+"""What a failed or cancelled attempt becomes: a retry after a checked delay, or the dead set.
 
 Attempts count from 1, the first run, everywhere: in the log, in
 :class:`JobEvent`, in the dead job's reason ("failed 3 time(s)" after attempt 3).
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ._job import JobType
     from ._queue import Queue
 
-__all__ = ["describe", "failed"]
+__all__ = ["cancelled", "describe", "failed"]
 
 
 def describe(error: BaseException) -> str:
@@ -46,6 +46,8 @@ def failed(
     """
     retries = job.retries if message.retries is None else message.retries
     message.error = describe(error)
+    message.traceback = _trace(error)  # for `batchy jobs show` while it waits to retry
+    message.cancelled = False  # a cancelled job retried from the dead set failed anew
     message.attempt += 1  # this attempt failed too
     if isinstance(error, NoRetry):
         why = "not retried: NoRetry"
@@ -71,10 +73,36 @@ def failed(
         queue=message.queue,
         payload=encode(message, queue.serializer),
         reason=f"{message.error} ({count}; {why})",
-        traceback=_trace(error),
+        traceback=message.traceback,
         token=token,
     )
     return dead, f"dead: {count}; {why}"
+
+
+def cancelled(
+    queue: Queue, message: Message, error: BaseException, duration: float, token: str
+) -> Outcome:
+    """The outcome of an attempt an operator cancelled: the dead set, marked, never a retry.
+
+    ``error`` is what ended the handler (its ``CancelledError``, or what it raised
+    instead): its traceback shows where the run was stopped.
+    """
+    message.attempt += 1
+    message.error = f"cancelled by an operator after {duration:.3f}s"
+    message.traceback = _trace(error)
+    message.cancelled = True
+    return Outcome(
+        message.id,
+        "dead",
+        queue=message.queue,
+        payload=encode(message, queue.serializer),
+        reason=(
+            f"{message.error} (attempt {message.attempt}; not retried: cancelled; "
+            f"`batchy dead retry {message.id}` runs it again)"
+        ),
+        traceback=message.traceback,
+        token=token,
+    )
 
 
 def _delay(job: JobType[Any, Any], done: int, error: BaseException) -> tuple[float, str | None]:

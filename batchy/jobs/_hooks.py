@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import batchy
 
 __all__ = ["JobEvent", "JobHook", "emit", "log"]
 
@@ -18,10 +20,15 @@ log = logging.getLogger("batchy.jobs")
 
 @dataclass(frozen=True, slots=True)
 class JobEvent:
-    """A job started or finished on a worker.
+    """A job is being enqueued, or started or finished on a worker.
 
-    ``outcome`` is ``started``, ``done``, ``retry``, ``dead`` or ``released``;
-    ``duration`` is in seconds (0 when started); ``attempt`` counts from 1.
+    ``outcome`` is ``enqueued`` (``attempt`` 0), ``started``, ``done``, ``retry``,
+    ``dead``, ``cancelled`` (an operator's cancel: the job is in the dead set), ``lost``
+    or ``released``; ``duration`` is in seconds (0 when
+    enqueued or started); ``attempt`` counts from 1. ``headers`` is the job's
+    metadata: a hook may write strings into it at enqueue (a trace context), and
+    reads them back on the worker. ``stats`` is what batchy did for the run
+    (its scope's :class:`batchy.ScopeStats`), on a worker's events.
     """
 
     id: str
@@ -31,10 +38,15 @@ class JobEvent:
     outcome: str
     duration: float = 0.0
     error: BaseException | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    stats: batchy.ScopeStats | None = None
 
 
 class JobHook:
     """Base class for job hooks; override what you need."""
+
+    def job_enqueued(self, event: JobEvent) -> None:
+        """Called for each job about to be stored; what it writes to ``event.headers`` is kept."""
 
     def job_started(self, event: JobEvent) -> None:
         """Called when a worker starts a job."""

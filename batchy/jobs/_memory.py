@@ -13,11 +13,12 @@ import heapq
 import itertools
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from . import _clock
 from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
+from ._memory_jobs import MemJob as _Job
+from ._memory_jobs import dead_record, done_record, page, record_of, sort_key, state_of
 from ._model import (
     Claimed,
     Claims,
@@ -30,23 +31,10 @@ from ._model import (
     QueueInfo,
     WorkerInfo,
 )
+from ._records import StoredJob
 from ._wake import Wakeups
 
 __all__ = ["MemoryBackend"]
-
-
-@dataclass(slots=True)
-class _Job:
-    id: str
-    queue: str
-    payload: str
-    due: float
-    seq: int
-    retrying: bool = False
-    owner: str | None = None
-    lease: float = 0.0
-    key: str | None = None
-    token: str | None = None  # the lease token of the current claim, None when not claimed
 
 
 class MemoryBackend(Backend):
@@ -70,6 +58,7 @@ class MemoryBackend(Backend):
         # in a ready heap. A key's entry goes when its last job does.
         self._keys: dict[str, deque[str]] = {}
         self._wakeups = Wakeups(None)  # in-process only
+        self._cancels: dict[str, tuple[str, str]] = {}  # id -> (worker, token) to cancel
 
     def __repr__(self) -> str:
         return f"<MemoryBackend jobs={len(self._jobs)}>"
@@ -102,7 +91,8 @@ class MemoryBackend(Backend):
                     continue
                 self._uniques[env.unique] = now + env.unique_ttl
             due = _clock.on_store(env.due, sent, now)
-            job = self._jobs[env.id] = _Job(env.id, env.queue, env.payload, due, 0, key=env.key)
+            seq = next(self._seq)  # push order, kept by a job behind its key's head
+            job = self._jobs[env.id] = _Job(env.id, env.queue, env.payload, due, seq, key=env.key)
             if env.key is not None:
                 line = self._keys.setdefault(env.key, deque())
                 line.append(env.id)
@@ -142,6 +132,11 @@ class MemoryBackend(Backend):
         for outcome in self.screen_outcomes(outcomes):
             if not self._apply(outcome, sent, now):
                 claimed.refused.append(outcome.id)
+        for job_id, (owner, token) in list(self._cancels.items()):
+            if self._holds(job_id, token) is None:
+                del self._cancels[job_id]  # the claim ended: the request goes with it
+            elif owner == worker:
+                claimed.cancel.append((job_id, token))
         for job in [j for j in self._leased.values() if j.lease < now]:
             del self._leased[job.id]
             job.owner = job.token = None  # its worker died or stalled: back to its queue
@@ -299,7 +294,10 @@ class MemoryBackend(Backend):
                     sum(1 for j in waiting if j.retrying),
                 )
             )
-        workers = tuple(w for w, expires in self._workers.values() if expires >= now)
+        workers = self.with_running(
+            (w for w, expires in self._workers.values() if expires >= now),
+            ((j.owner or "", j.id) for j in self._leased.values()),
+        )
         return Info(tuple(queues), len(self._dead), workers)
 
     async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
@@ -317,3 +315,80 @@ class MemoryBackend(Backend):
         for job_id in chosen:
             del self._dead[job_id]
         return len(chosen)
+
+    # -- operating -------------------------------------------------------------------
+
+    def describe(self) -> str:
+        return "memory (this process only)"
+
+    async def list_jobs(
+        self,
+        state: str,
+        now: float,
+        *,
+        queue: str | None = None,
+        key: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> tuple[list[StoredJob], str | None]:
+        store_now = _clock.store_now()
+        shift = now - store_now  # store times are reported on the caller's clock
+        found: list[tuple[tuple[Any, ...], StoredJob]]
+        if state == "dead":
+            found = [
+                ((d.died_at, d.id), dead_record(d, shift))
+                for d in self._dead.values()
+                if (queue is None or d.queue == queue) and (key is None or d.key == key)
+            ]
+        elif state == "done":
+            found = [
+                ((expires, i), done_record(i, result, expires, shift))
+                for i, (result, expires) in self._results.items()
+                if expires >= store_now
+            ]
+        else:
+            line = self._keys.get(key, ()) if key is not None else None
+            jobs = self._jobs.values() if line is None else [self._jobs[i] for i in line]
+            found = [
+                (sort_key(state, j) if key is None else (j.seq,), record_of(j, state, shift))
+                for j in jobs
+                if state_of(j, self._keys, store_now) == state
+                and (queue is None or j.queue == queue)
+            ]
+        return page(state if key is None else f"{state}@key", found, after, limit, self)
+
+    async def job(self, job_id: str, now: float) -> StoredJob | None:
+        store_now = _clock.store_now()
+        shift = now - store_now
+        found = self._jobs.get(job_id)
+        if found is not None:
+            return record_of(found, state_of(found, self._keys, store_now), shift)
+        if job_id in self._dead:
+            return dead_record(self._dead[job_id], shift)
+        kept = self._results.get(job_id)
+        if kept is not None and kept[1] >= store_now:
+            return done_record(job_id, kept[0], kept[1], shift)
+        return None
+
+    async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
+        store_now = _clock.store_now()
+        states = {i: state_of(j, self._keys, store_now) for i in ids if (j := self._jobs.get(i))}
+        states.update({i: "dead" for i in ids if i in self._dead})
+        refused = self.refusals(states, action, ids)
+        if refused:
+            return refused
+        if action == "retry_dead":
+            await self.retry_dead(ids, now)
+        elif action == "delete_dead":
+            await self.delete_dead(ids)
+        for job_id in ids if action in ("delete", "run_now", "cancel") else ():
+            job = self._jobs[job_id]
+            if action == "cancel":
+                self._cancels[job_id] = (job.owner or "", job.token or "")
+            elif action == "run_now":
+                job.due = store_now
+                self._put(job)  # a new heap entry; the old one is stale now
+            else:
+                self._leave(self._jobs.pop(job_id))
+        self._ring()
+        return {}

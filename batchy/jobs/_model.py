@@ -31,6 +31,7 @@ __all__ = [
     "Outcome",
     "QueueInfo",
     "Serializer",
+    "TRACEBACK_KEPT",
     "WorkerInfo",
     "decode",
     "encode",
@@ -38,6 +39,10 @@ __all__ = [
 ]
 
 OutcomeKind = Literal["done", "retry", "dead", "release"]
+
+#: Characters of a failure's traceback a retrying job's payload keeps (its end:
+#: where it was raised); the dead set keeps the whole traceback.
+TRACEBACK_KEPT = 8000
 
 
 def new_id() -> str:
@@ -76,6 +81,12 @@ class Message:
     enqueued_at: float = field(default_factory=time.time)
     retries: int | None = None  # per-enqueue override of the job type's retries
     error: str | None = None  # the last failure, kept for the dead set and `batchy info`
+    # Its traceback (the end of it), so an operator sees why a retrying job failed.
+    traceback: str | None = None
+    cancelled: bool = False  # an operator cancelled its last run (it is in the dead set)
+    # Metadata that travels with the job, written by job hooks at enqueue (say, the
+    # W3C ``traceparent`` of the trace that enqueued it); stores never read it.
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def encode(message: Message, serializer: Serializer) -> str:
@@ -91,6 +102,12 @@ def encode(message: Message, serializer: Serializer) -> str:
         body["retries"] = message.retries
     if message.error is not None:
         body["error"] = message.error
+    if message.traceback is not None:
+        body["traceback"] = message.traceback[-TRACEBACK_KEPT:]
+    if message.cancelled:
+        body["cancelled"] = True
+    if message.headers:
+        body["headers"] = message.headers
     try:
         return serializer.dumps(body)
     except (TypeError, ValueError) as error:
@@ -136,7 +153,17 @@ def decode(claimed: Claimed, serializer: Serializer) -> Message:
         enqueued_at=float(body.get("enqueued_at", 0.0)),
         retries=retries if isinstance(retries, int) else None,
         error=body.get("error"),
+        traceback=body.get("traceback"),
+        cancelled=body.get("cancelled") is True,
+        headers=_headers(body.get("headers")),
     )
+
+
+def _headers(value: Any) -> dict[str, str]:
+    """A payload's headers; anything but an object of strings is dropped, never fatal."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,12 +209,20 @@ class Claims(list[Claimed]):
 
     ``refused`` lists the ids of the outcomes it did not apply because their
     token no longer held (the lease had moved to another worker, or the job had
-    left): only the lease holder's word counts.
+    left): only the lease holder's word counts. ``cancel`` lists the ``(id, lease
+    token)`` claims of the calling worker that an operator asked to cancel
+    (:meth:`Backend.act`); the worker stops their runs.
     """
 
-    def __init__(self, claimed: Iterable[Claimed] = (), refused: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        claimed: Iterable[Claimed] = (),
+        refused: Iterable[str] = (),
+        cancel: Iterable[tuple[str, str]] = (),
+    ) -> None:
         super().__init__(claimed)
         self.refused: list[str] = list(refused)
+        self.cancel: list[tuple[str, str]] = list(cancel)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from . import _clock
+from ._admin import Admin
 from ._backend import Backend
 from ._cron import Cron, Every, Schedule
 from ._errors import JobDefinitionError
 from ._handle import Handle
+from ._hooks import JobEvent, emit
 from ._job import JobCall, JobType, check_queue_name
 from ._model import DeadJob, Envelope, Info, JSONSerializer, Serializer, encode
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
@@ -83,6 +85,9 @@ class Queue:
         self.hooks: list[JobHook] = list(hooks)
         self.jobs: dict[str, JobType[Any, Any]] = {}
         self.periodics: list[Periodic[Any, Any]] = []
+        self.sharded_jobs: dict[str, ShardedJob] = {}
+        #: Management of the store: list, inspect, cancel, delete and retry jobs.
+        self.admin = Admin(self)
 
     def __repr__(self) -> str:
         return f"<batchy.jobs.Queue {self.backend!r} jobs={len(self.jobs)}>"
@@ -195,6 +200,7 @@ class Queue:
                 backoff=backoff, keep_result=SHARD_KEEP if keep_result is None else keep_result,
             )  # fmt: skip
             self._register(sharded.job)
+            self.sharded_jobs[sharded.name] = sharded
             return sharded
 
         return declare
@@ -247,13 +253,14 @@ class Queue:
         # be retried for weeks before anyone saw its TypeError.
         call.job.check_arguments(call)
         message = call.message(now)
-        due = call.due(now)
+        key = call.job.order_key(call)
+        if self.hooks:  # before encoding: a hook may write headers (a trace context)
+            event = JobEvent(
+                message.id, message.job, message.queue, 0, "enqueued", headers=message.headers
+            )
+            emit(self.hooks, "job_enqueued", event)
         return Envelope(
-            message.id,
-            message.queue,
-            encode(message, self.serializer),
-            due,
-            key=call.job.order_key(call),
+            message.id, message.queue, encode(message, self.serializer), call.due(now), key=key
         )
 
     def handle(self, job_id: str) -> Handle:
@@ -271,12 +278,16 @@ class Queue:
         return await self.backend.dead_jobs(limit)
 
     async def retry_dead(self, ids: Iterable[str] | None = None) -> int:
-        """Put dead jobs (all when ``ids`` is None) back on their queues for one more run."""
-        return await self.backend.retry_dead(None if ids is None else list(ids), _clock.now())
+        """Put dead jobs (all when ``ids`` is None) back on their queues for one more run.
+
+        An id that is not in the dead set raises :class:`JobNotFound` (or
+        :class:`JobStateError`), and none of the jobs moves.
+        """
+        return await self.admin.retry_dead(None if ids is None else list(ids))
 
     async def delete_dead(self, ids: Iterable[str] | None = None) -> int:
-        """Delete dead jobs (all when ``ids`` is None)."""
-        return await self.backend.delete_dead(None if ids is None else list(ids))
+        """Delete dead jobs (all when ``ids`` is None); unknown ids raise, and nothing goes."""
+        return await self.admin.delete_dead(None if ids is None else list(ids))
 
     async def close(self) -> None:
         """Close the store's connections."""

@@ -6,20 +6,23 @@ that no longer fit the handler, a handler that raises or times out, all become
 outcomes (retry or dead, with a reason and a traceback). So bad data can never
 crash a worker. That includes ``BaseException``: a handler raising
 ``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit`` or its own
-``CancelledError`` has failed an attempt like any other; only a cancellation of
-the job's task from outside (the worker stopping) is a shutdown.
+``CancelledError`` has failed an attempt like any other; a cancellation of the
+job's task from outside is a shutdown (the worker stopping), or, when an operator
+asked for it (``batchy jobs cancel``), the end of the job: cancelled, not retried.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import batchy
 
 from ._errors import JobTimeout, LeaseLost, PayloadError, UnknownJobError
-from ._failure import describe, failed
+from ._failure import cancelled, describe, failed
 from ._guard import Escaped
 from ._handle import Running
 from ._hooks import JobEvent, emit, log
@@ -34,12 +37,20 @@ __all__ = ["run_job"]
 
 
 async def run_job(
-    queue: Queue, claimed: Claimed, hooks: list[JobHook], worker: str = "", lease: float = 30.0
+    queue: Queue,
+    claimed: Claimed,
+    hooks: list[JobHook],
+    worker: str = "",
+    lease: float = 30.0,
+    cancel_requested: Callable[[], bool] | None = None,
 ) -> Outcome | None:
     """Run ``claimed`` to an outcome; a cancelled job raises ``CancelledError`` (shutdown).
 
     ``None`` when the worker lost the job's lease and its handler stopped
     (:class:`LeaseLost`): the job belongs to another worker, whose word counts.
+    When ``cancel_requested()`` is true by the time the handler stops with an
+    exception, an operator cancelled the run: the outcome is the dead set, marked
+    cancelled, whatever the handler raised on its way out.
     """
     start = time.perf_counter()
     try:
@@ -73,13 +84,24 @@ async def run_job(
             token=claimed.token,
         )
     attempt = message.attempt + 1
-    event = JobEvent(message.id, message.job, message.queue, attempt, "started")
+    # Each job gets its own scope: loads batch with every other running job's,
+    # but cached values never leak from one job to the next.
+    scope = batchy.Scope(f"job {message.id}")
+    event = JobEvent(
+        message.id,
+        message.job,
+        message.queue,
+        attempt,
+        "started",
+        headers=message.headers,
+        stats=scope.stats,
+    )
     if hooks:
         emit(hooks, "job_started", event)
     failure: BaseException | None = None
     try:
         running = Running(queue, message, worker, lease, claimed.token)
-        result = await _call(job, message, running)
+        result = await _call(job, message, running, scope)
     except LeaseLost as lost:
         # Not a warning here: the worker logs each lost lease once, whichever of a
         # heartbeat, a progress save or an outcome found it first.
@@ -89,6 +111,16 @@ async def run_job(
     except BaseException as exc:
         if isinstance(exc, Escaped):
             exc = exc.error  # the handler's SystemExit or KeyboardInterrupt (see _guard)
+        if cancel_requested is not None and cancel_requested():
+            duration = time.perf_counter() - start
+            outcome = cancelled(queue, message, exc, duration, claimed.token)
+            log.info(
+                "job %s %s attempt %d cancelled by an operator after %.3fs; not retried: "
+                "it is in the dead set",
+                message.id, message.job, attempt, duration,
+            )  # fmt: skip
+            emit(hooks, "job_finished", _finished(event, "cancelled", duration, exc))
+            return outcome
         if isinstance(exc, asyncio.CancelledError) and _cancelled_from_outside():
             duration = time.perf_counter() - start
             log.info("job %s %s released after %.3fs (shutdown)", message.id, message.job, duration)
@@ -126,13 +158,13 @@ def _cancelled_from_outside() -> bool:
 def _finished(
     event: JobEvent, outcome: str, duration: float, error: BaseException | None
 ) -> JobEvent:
-    return JobEvent(event.id, event.job, event.queue, event.attempt, outcome, duration, error)
+    return replace(event, outcome=outcome, duration=duration, error=error)
 
 
-async def _call(job: JobType[Any, Any], message: Message, running: Running) -> Any:
-    # Each job gets its own scope: loads batch with every other running job's,
-    # but cached values never leak from one job to the next.
-    async with batchy.Scope(f"job {message.id}"):
+async def _call(
+    job: JobType[Any, Any], message: Message, running: Running, scope: batchy.Scope
+) -> Any:
+    async with scope:
         if job.takes_running:
             task = job.guarded(running, *message.args, **message.kwargs)
         else:

@@ -32,10 +32,11 @@ database makes a call wait up to ``busy_timeout`` seconds.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,12 @@ from ._model import (
     Outcome,
     WorkerInfo,
 )
-from ._sqlite_read import read_info, read_status
-from ._sqlite_tx import BLOCKED, RUNNING, WAITING, check_app_connection
+from ._records import StoredJob
+from ._sqlite_admin import act, list_jobs, read_job, retry_dead, select_dead
+from ._sqlite_counts import add_counts, read_counts
+from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_tx import Transaction as _Transaction
+from ._sqlite_tx import advance, check_app_connection, entry_state
 from ._sqlite_tx import chunks as _chunks
 from ._sqlite_tx import create_schema as _create_schema
 from ._sqlite_tx import pairs as _pairs
@@ -104,6 +108,9 @@ class SQLiteBackend(Backend):
         self._pruned = 0.0
         self._wakeups = SQLiteWakeups(self.path, self._db, self._lock)
 
+    #: Rows a page of jobs reads at most per queue beyond the page (see list_jobs).
+    page_budget = 500
+
     def __repr__(self) -> str:
         return f"<SQLiteBackend {self.path}>"
 
@@ -147,7 +154,7 @@ class SQLiteBackend(Backend):
             cur = db.execute(
                 "INSERT OR IGNORE INTO jobs (id, queue, payload, due, okey, state) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (env.id, env.queue, env.payload, due, env.key, self._entry_state(env.key, db)),
+                (env.id, env.queue, env.payload, due, env.key, entry_state(db, env.key)),
             )
             pushed.append(cur.rowcount == 1)
         db.executemany(
@@ -191,34 +198,27 @@ class SQLiteBackend(Backend):
                     (worker, now + lease, token, queue, now, limit - len(claimed)),
                 ).fetchall()
                 claimed.extend(Claimed(i, q, payload, token) for i, q, payload in rows)
+            # An operator's cancels of this worker's runs (a tiny table, mostly empty).
+            claimed.cancel += db.execute(
+                "SELECT c.id, c.token FROM cancels c JOIN jobs j ON j.id = c.id "
+                "AND j.token = c.token AND j.state = 1 WHERE c.owner = ?",
+                (worker,),
+            ).fetchall()
             if now - self._pruned > 5.0:
                 self._pruned = now
                 db.execute("DELETE FROM results WHERE expires < ?", (now,))
                 db.execute("DELETE FROM uniques WHERE expires < ?", (now,))
                 db.execute("DELETE FROM workers WHERE expires < ?", (now,))
+                db.execute(  # cancels whose claim ended some other way
+                    "DELETE FROM cancels WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE "
+                    "j.id = cancels.id AND j.token = cancels.token AND j.state = 1)"
+                )
             wake = self._wakeups.after_cycle(outcomes, queues, len(claimed) >= limit, now)
         self._wakeups.signal(wake)
         return claimed
 
     async def wait_for_work(self, worker: str, queues: Sequence[str], timeout: float) -> None:
         await self._wakeups.wait_for_work(queues, timeout)
-
-    def _entry_state(self, key: str | None, db: sqlite3.Connection | None = None) -> int:
-        """A new row's state: blocked when its key already has a job (the head)."""
-        if key is None:
-            return WAITING
-        db = self._db if db is None else db
-        busy = db.execute("SELECT 1 FROM jobs WHERE okey = ? LIMIT 1", (key,)).fetchone()
-        return WAITING if busy is None else BLOCKED
-
-    def _advance(self, keys: Iterable[str | None]) -> None:
-        """The heads of ``keys`` left: each key's oldest remaining row becomes claimable."""
-        for key in {k for k in keys if k is not None}:
-            self._db.execute(
-                "UPDATE jobs SET state = 0 WHERE rowid = "
-                "(SELECT min(rowid) FROM jobs WHERE okey = ?) AND state = 2",
-                (key,),
-            )
 
     def _apply(self, given: Sequence[Outcome], sent: float, now: float) -> list[str]:
         """Apply the outcomes whose token holds (in the caller's transaction); the refused ids."""
@@ -278,7 +278,7 @@ class SQLiteBackend(Backend):
             applied.add(o.id)
         if dead:
             self._cap_dead(now)
-        self._advance(left)
+        advance(db, left)
         return [o.id for o in given if o.id not in applied]
 
     def _cap_dead(self, now: float) -> None:
@@ -326,27 +326,7 @@ class SQLiteBackend(Backend):
     async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
         shift = now - _clock.store_now()  # store times are reported on the caller's clock
         with self._lock:  # reads too: never inside another thread's transaction
-            # An operator's view, so it may read every key; no claim ever does this.
-            rows = self._db.execute(
-                "SELECT k.okey, k.n, j.id, j.queue, j.state, j.due, j.retrying, j.lease "
-                "FROM (SELECT okey, count(*) AS n, min(rowid) AS head FROM jobs "
-                "WHERE okey IS NOT NULL GROUP BY okey) AS k JOIN jobs AS j ON j.rowid = k.head"
-            ).fetchall()
-        found = [
-            KeyInfo.of_head(
-                key,
-                queue,
-                n,
-                head,
-                running=state == RUNNING,
-                lease=(lease or 0.0) + shift,
-                due=due + shift,
-                retrying=bool(retrying),
-                now=now,
-            )
-            for key, n, head, queue, state, due, retrying, lease in rows
-        ]
-        return self.rank_keys(found, limit)
+            return self.rank_keys(read_keys(self._db, now, shift), limit)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -368,37 +348,59 @@ class SQLiteBackend(Backend):
             return [DeadJob(*row) for row in rows]
 
     async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
-        now = _clock.store_now()
-        db = self._db
         with self._tx():
-            rows = self._select_dead(ids)
-            for job_id, queue, payload, key in rows:
-                db.execute("DELETE FROM dead WHERE id = ?", (job_id,))
-                db.execute(
-                    "INSERT OR REPLACE INTO jobs (id, queue, payload, due, okey, state) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (job_id, queue, payload, now, key, self._entry_state(key)),
-                )
+            rows = select_dead(self._db, ids)
+            retry_dead(self._db, rows, _clock.store_now())
         self._wakeups.signal({row[1] for row in rows})
         return len(rows)
 
     async def delete_dead(self, ids: Sequence[str] | None) -> int:
         with self._tx():
-            rows = self._select_dead(ids)
+            rows = select_dead(self._db, ids)
             self._db.executemany("DELETE FROM dead WHERE id = ?", [(r[0],) for r in rows])
         return len(rows)
 
-    def _select_dead(self, ids: Sequence[str] | None) -> list[tuple[str, str, str, str | None]]:
-        if ids is None:
-            return self._db.execute("SELECT id, queue, payload, okey FROM dead").fetchall()
-        rows: list[tuple[str, str, str, str | None]] = []
-        for chunk in _chunks(list(ids)):
-            marks = ",".join("?" * len(chunk))
-            rows += self._db.execute(
-                f"SELECT id, queue, payload, okey FROM dead WHERE id IN ({marks})",
-                tuple(chunk),
-            ).fetchall()
-        return rows
+    # -- operating -------------------------------------------------------------------
+
+    def describe(self) -> str:
+        where = self.path if self.path in ("", ":memory:") else os.path.abspath(self.path)
+        return f"SQLite {where}"
+
+    async def list_jobs(
+        self,
+        state: str,
+        now: float,
+        *,
+        queue: str | None = None,
+        key: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> tuple[list[StoredJob], str | None]:
+        store_now = _clock.store_now()
+        with self._lock:  # reads too: never inside another thread's transaction
+            return list_jobs(
+                self._db, state, store_now, now - store_now, queue=queue, key=key,
+                after=after, limit=limit, budget=self.page_budget, store=self,
+            )  # fmt: skip
+
+    async def job(self, job_id: str, now: float) -> StoredJob | None:
+        store_now = _clock.store_now()
+        with self._lock:
+            return read_job(self._db, job_id, store_now, now - store_now)
+
+    async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
+        with self._tx():
+            refused, woken = act(self._db, action, ids, _clock.store_now())
+        self._wakeups.signal(woken)
+        return refused
+
+    async def add_counts(self, counts: Mapping[tuple[int, str], int], now: float) -> None:
+        with self._tx():
+            add_counts(self._db, counts, now)
+
+    async def read_counts(self, since: int, now: float) -> dict[tuple[int, str], int]:
+        with self._lock:  # reads too: never inside another thread's transaction
+            return read_counts(self._db, since)
 
     async def close(self) -> None:
         self._wakeups.close()

@@ -1,4 +1,4 @@
-"""Reading the SQLite store for people: where a job is, and the counts ``batchy info`` shows.
+"""Reading the SQLite store for people: where a job is, ``batchy info``'s counts, ordering keys.
 
 Nothing here changes a job; the store calls these under its lock.
 """
@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import sqlite3
 
-from ._model import Info, JobStatus, QueueInfo, WorkerInfo
+from ._backend import Backend
+from ._model import Info, JobStatus, KeyInfo, QueueInfo, WorkerInfo
 from ._sqlite_tx import RUNNING
 
-__all__ = ["read_info", "read_status"]
+__all__ = ["read_info", "read_keys", "read_status"]
 
 
 def read_status(db: sqlite3.Connection, job_id: str, now: float) -> JobStatus:
@@ -53,8 +54,36 @@ def read_info(db: sqlite3.Connection, now: float) -> Info:
         latency = max(0.0, now - oldest) if oldest is not None else 0.0
         queues.append(QueueInfo(name, size, latency, running, scheduled, retrying))
     dead = db.execute("SELECT count(*) FROM dead").fetchone()[0]
-    workers = tuple(
-        WorkerInfo.from_json(r[0])
-        for r in db.execute("SELECT info FROM workers WHERE expires >= ? ORDER BY id", (now,))
+    workers = Backend.with_running(
+        (
+            WorkerInfo.from_json(r[0])
+            for r in db.execute("SELECT info FROM workers WHERE expires >= ? ORDER BY id", (now,))
+        ),
+        # The jobs each worker holds now: its heartbeat's list may be seconds old.
+        db.execute("SELECT owner, id FROM jobs WHERE state = 1"),
     )
     return Info(tuple(queues), dead, workers)
+
+
+def read_keys(db: sqlite3.Connection, now: float, shift: float) -> list[KeyInfo]:
+    """Every ordering key with jobs, its head's state on the caller's clock (``now``)."""
+    # An operator's view, so it may read every key; no claim ever does this.
+    rows = db.execute(
+        "SELECT k.okey, k.n, j.id, j.queue, j.state, j.due, j.retrying, j.lease "
+        "FROM (SELECT okey, count(*) AS n, min(rowid) AS head FROM jobs "
+        "WHERE okey IS NOT NULL GROUP BY okey) AS k JOIN jobs AS j ON j.rowid = k.head"
+    ).fetchall()
+    return [
+        KeyInfo.of_head(
+            key,
+            queue,
+            n,
+            head,
+            running=state == RUNNING,
+            lease=(lease or 0.0) + shift,
+            due=due + shift,
+            retrying=bool(retrying),
+            now=now,
+        )
+        for key, n, head, queue, state, due, retrying, lease in rows
+    ]

@@ -15,9 +15,11 @@ __all__ = [
     "RUNNING",
     "WAITING",
     "Transaction",
+    "advance",
     "check_app_connection",
     "chunks",
     "create_schema",
+    "entry_state",
     "pairs",
 ]
 
@@ -47,7 +49,6 @@ CREATE TABLE IF NOT EXISTS dead (
     id TEXT PRIMARY KEY, queue TEXT NOT NULL, payload TEXT NOT NULL,
     reason TEXT NOT NULL, traceback TEXT NOT NULL, died REAL NOT NULL
 );
-CREATE INDEX IF NOT EXISTS dead_died ON dead (died);
 CREATE TABLE IF NOT EXISTS uniques (key TEXT PRIMARY KEY, expires REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, info TEXT NOT NULL, expires REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY);
@@ -65,6 +66,34 @@ def create_schema(db: sqlite3.Connection) -> None:
         if column not in columns:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
     db.execute("CREATE INDEX IF NOT EXISTS jobs_okey ON jobs (okey) WHERE okey IS NOT NULL")
+    # For operators: pages of dead and done jobs, newest first, by index seeks;
+    # the results index also serves the prune of expired results.
+    db.execute("CREATE INDEX IF NOT EXISTS dead_died_id ON dead (died, id)")
+    db.execute("DROP INDEX IF EXISTS dead_died")  # dead_died_id does its work
+    db.execute("CREATE INDEX IF NOT EXISTS results_expires ON results (expires, id)")
+    # Cancels an operator asked for, each for one claim (its token) of a running job.
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS cancels (id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+        "token TEXT NOT NULL)"
+    )
+
+
+def entry_state(db: sqlite3.Connection, key: str | None) -> int:
+    """A new row's state: blocked when its ordering key already has a job (the head)."""
+    if key is None:
+        return WAITING
+    busy = db.execute("SELECT 1 FROM jobs WHERE okey = ? LIMIT 1", (key,)).fetchone()
+    return WAITING if busy is None else BLOCKED
+
+
+def advance(db: sqlite3.Connection, keys: Iterable[str | None]) -> None:
+    """Rows of ``keys`` left: each key's oldest remaining row becomes claimable (if blocked)."""
+    for key in {k for k in keys if k is not None}:
+        db.execute(
+            "UPDATE jobs SET state = 0 WHERE rowid = "
+            "(SELECT min(rowid) FROM jobs WHERE okey = ?) AND state = 2",
+            (key,),
+        )
 
 
 # SQLite allows 32766 host parameters; stay far below.

@@ -37,13 +37,17 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import batchy
+
 from . import _clock
+from ._activity import Tally
 from ._errors import ConfigError
 from ._hooks import JobHook, log
 from ._leases import Claim, Leases
-from ._model import Claimed, Envelope, Outcome, WorkerInfo, encode, new_id
+from ._model import Claimed, Outcome, WorkerInfo, new_id
 from ._outage import Outage
 from ._runner import run_job
+from ._ticks import Ticks
 from ._wake import StoreWait
 
 if TYPE_CHECKING:
@@ -121,6 +125,9 @@ class Worker:
         self.poll_interval = poll_interval
         self.shutdown_timeout = shutdown_timeout
         self.hooks = [*queue.hooks, *hooks]
+        # Activity counters for dashboards (see _activity), written beside the heartbeat.
+        self._tally = Tally()
+        self.hooks.append(self._tally)
         self.burst = burst
         self.id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
         self.started_at = _clock.now()
@@ -135,7 +142,9 @@ class Worker:
         self._stopping = False
         self._interrupts = 0
         self._main: asyncio.Task[None] | None = None
-        self._next_tick: dict[str, float] = {}
+        self._ticks = Ticks(queue.periodics, queue.serializer)
+        # Claims an operator cancelled: their runs end as cancelled, never retried.
+        self._cancelled: set[Claim] = set()
         names = [name for name, _ in self.queue_specs]
         self._store_wait = StoreWait(queue.backend, self.id, names, poll_interval, self._poke)
 
@@ -194,6 +203,7 @@ class Worker:
             ):
                 loop.add_signal_handler(sig, handler)
                 installed.append(sig)
+        batchy.add_hook(self._tally)  # counts the batch calls of this worker's jobs
         beat = asyncio.create_task(self._heartbeat_loop())
         try:
             try:
@@ -209,7 +219,9 @@ class Worker:
             self._store_wait.cancel()
             for sig in installed:
                 loop.remove_signal_handler(sig)
+            batchy.remove_hook(self._tally)
             with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(self._tally.flush(self.queue.backend))
                 await asyncio.shield(self.queue.backend.forget_worker(self.id))
 
     def _order(self) -> list[str]:
@@ -243,6 +255,7 @@ class Worker:
                 continue
             self._outage.ok()
             self._leases.settle(outcomes, claimed.refused)
+            self._cancel(claimed.cancel)
             for job in claimed:
                 self._start(job, sent)
             if self.burst and not claimed and not self._running and not self._outcomes:
@@ -266,8 +279,9 @@ class Worker:
         # The store's wait returns within poll_interval; twice that only guards
         # against a store that breaks its word.
         timeout = self.poll_interval * (1 if self._store_wait.task is None else 2)
-        if self._next_tick:
-            timeout = min(timeout, max(0.0, min(self._next_tick.values()) - _clock.now()))
+        tick = self._ticks.next_at()
+        if tick is not None:
+            timeout = min(timeout, max(0.0, tick - _clock.now()))
         # asyncio.wait, not wait_for: on 3.11 wait_for returns normally when it is
         # cancelled just as the event is set (kill() cancels the jobs, whose end
         # sets it, and this task), and the worker would run on.
@@ -284,12 +298,25 @@ class Worker:
         if not self._leases.fresh(claim):
             self._leases.drop(claim)
             return
-        task = asyncio.create_task(run_job(self.queue, job, self.hooks, self.id, self.lease))
+        cancel_requested = functools.partial(self._cancelled.__contains__, claim)
+        task = asyncio.create_task(
+            run_job(self.queue, job, self.hooks, self.id, self.lease, cancel_requested)
+        )
         self._running[claim] = task
         task.add_done_callback(functools.partial(self._finished, claim))
 
+    def _cancel(self, claims: Sequence[Claim]) -> None:
+        """An operator cancelled ``claims``: stop those running here at their next await."""
+        for claim in claims:
+            task = self._running.get(claim)
+            if task is not None and not task.done() and claim not in self._cancelled:
+                log.info("worker %s: cancelling job %s (asked by an operator)", self.id, claim[0])
+                self._cancelled.add(claim)
+                task.cancel()
+
     def _finished(self, claim: Claim, task: asyncio.Task[Outcome | None]) -> None:
         self._running.pop(claim, None)
+        self._cancelled.discard(claim)
         if task.cancelled():
             self._leases.drop(claim)
             return
@@ -361,35 +388,10 @@ class Worker:
                 self._outage.failed(error, "heartbeat")
             else:
                 self._outage.ok("heartbeat")
+                await self._tally.flush(self.queue.backend)
 
     async def _tick_periodics(self, now: float) -> None:
-        envelopes: list[Envelope] = []
-        for periodic in self.queue.periodics:
-            name = periodic.job.name
-            due = self._next_tick.get(name)
-            if due is None:
-                self._next_tick[name] = periodic.schedule.next_after(now)
-                continue
-            if now < due:
-                continue
-            tick = due
-            for _ in range(100_000):  # a stalled worker enqueues only the latest tick
-                following = periodic.schedule.next_after(tick)
-                if following > now or following <= tick:
-                    break
-                tick = following
-            self._next_tick[name] = periodic.schedule.next_after(tick)
-            message = periodic.job.call().message(now)
-            interval = periodic.schedule.next_after(tick) - tick
-            envelopes.append(
-                Envelope(
-                    message.id,
-                    message.queue,
-                    encode(message, self.queue.serializer),
-                    unique=f"periodic:{name}:{tick:.6f}",
-                    unique_ttl=max(3600.0, 3 * interval),
-                )
-            )
+        envelopes = self._ticks.due(now)
         if envelopes:
             try:
                 await self.queue.backend.push(envelopes, now)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from types import CoroutineType, GeneratorType
 from typing import Any
 
 from graphql import GraphQLError, Undefined
@@ -33,6 +34,7 @@ from ._pending import (
     close_iterator,
     next_item,
     own_awaitable,
+    own_coroutine,
     own_task,
     read_all,
 )
@@ -69,6 +71,8 @@ class Completer(Positions):
                     if type(value) not in _LEAF_VALUES and callable(value):
                         path = Path(pos.path, key, pos.typename)
                         value = value(self.info(field, path), **field.args)
+                elif field.attribute is not None:
+                    value = getattr(source, field.attribute)
                 else:
                     path = Path(pos.path, key, pos.typename)
                     value = resolve(source, self.info(field, path), **field.args)
@@ -100,7 +104,7 @@ class Completer(Positions):
             return None
         elif isinstance(value, Exception):
             raise value
-        else:
+        elif type(value) not in _NOT_PENDING:
             pending = _pending(value, field)
             if pending is not None:
                 fut, inner = pending
@@ -333,6 +337,8 @@ def _pending(value: Any, field: Field) -> tuple[batchy.Future[Any], Any] | None:
 
     (False when others may share it: see ``Pending.add``.)
     """
+    if type(value) is CoroutineType:  # an async def resolver's: the most frequent
+        return own_coroutine(value), value
     if isinstance(value, batchy.Future):
         if isinstance(value, batchy.Task):
             return own_task(value), value  # others may wait on it: see _graphql_pending
@@ -341,4 +347,14 @@ def _pending(value: Any, field: Field) -> tuple[batchy.Future[Any], Any] | None:
         return run_generator(value, f"{field.parent_name}.{field.name}"), value
     if inspect.isawaitable(value):
         return own_awaitable(value), value
+    # Whether a value is pending depends on its type alone, except for a
+    # generator (a handler or a generator-based coroutine): remember the type.
+    if type(value) is not GeneratorType and len(_NOT_PENDING) < 1_000:
+        _NOT_PENDING.add(type(value))
     return None
+
+
+# Types whose values are never pending (dicts, rows, a framework's objects): one
+# set look-up for them instead of the checks above. Bounded, in case classes
+# are made at run time.
+_NOT_PENDING: set[type] = set()

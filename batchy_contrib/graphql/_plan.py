@@ -2,7 +2,8 @@
 
 A :class:`Field` holds, for one response key of one object type, the field
 definition, the resolver (``None`` for graphql-core's default resolver, which the
-executor does inline), the arguments coerced once, and the :class:`Type` that
+executor does inline, and the attribute a strawberry basic field reads, which it
+reads inline too), the arguments coerced once, and the :class:`Type` that
 completes its value. A :class:`Planner` makes them for one execution, and hides
 the few calls that differ between graphql-core 3.2 and 3.3.
 """
@@ -88,6 +89,7 @@ class Field:
 
     __slots__ = (
         "args",
+        "attribute",
         "field_def",
         "info_head",
         "key",
@@ -117,6 +119,8 @@ class Field:
         self.resolve: Callable[..., Any] | None = (
             None if resolve is gql.default_field_resolver else resolve
         )
+        # A resolver known to read one attribute and nothing else: read it inline.
+        self.attribute: str | None = attribute_read(resolve, field_def)
         # Arguments are the same for every object: coerced once. Where one
         # resolver could change them (a list, an input object) and where coercion
         # fails, they are coerced afresh for every call, as graphql-core does: each
@@ -136,6 +140,28 @@ class Field:
 
 
 _IMMUTABLE = frozenset({str, int, float, bool, type(None)})
+
+
+def attribute_read(resolve: Any, field_def: Any) -> str | None:
+    """The attribute ``resolve`` returns from its source, if that is all it does.
+
+    Strawberry gives a field with no resolver, permission or extension of its
+    own (a "basic field") a resolver that returns ``getattr(source,
+    python_name)`` and ignores its info and arguments, so that, in strawberry's
+    words, "we can avoid constructing an Info object". graphql-core's execution
+    builds one anyway; the planned executor reads the attribute itself. Anything
+    else (a middleware around it, exception handlers, another default resolver)
+    is called as it is.
+    """
+    if getattr(resolve, "__name__", None) != "_get_basic_result":
+        return None
+    definition = (field_def.extensions or {}).get("strawberry-definition")
+    if definition is None or getattr(definition, "default_resolver", None) is not getattr:
+        return None
+    if not getattr(definition, "is_basic_field", False):
+        return None
+    name = getattr(definition, "python_name", None)
+    return name if isinstance(name, str) else None
 
 
 def _fresh_args(

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from batchy.jobs import Info, JobStatus, KeyInfo, QueueInfo, WorkerInfo
+from batchy.jobs import Backend, Info, JobStatus, KeyInfo, QueueInfo, WorkerInfo
 
 from ._postgres_schema import Names
 
@@ -104,11 +104,15 @@ async def info(conn: Conn, names: Names) -> Info:
             s("SELECT info FROM {s}.workers WHERE expires >= {s}.clock() ORDER BY id")
         )
     ).fetchall()
+    # The jobs each worker holds now: its heartbeat's list may be seconds old.
+    held = await (
+        await conn.execute(s("SELECT owner, id FROM {s}.jobs WHERE state = 1"))
+    ).fetchall()
     return Info(
         tuple(
             QueueInfo(name, size, max(0.0, age or 0.0), running, scheduled, retrying)
             for name, size, age, running, scheduled, retrying in queues
         ),
         dead[0] if dead else 0,
-        tuple(WorkerInfo.from_json(w[0]) for w in workers),
+        Backend.with_running((WorkerInfo.from_json(w[0]) for w in workers), held),
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 1
+VERSION = 2
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -31,7 +31,146 @@ _CHURN = (
     "autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0)"
 )
 
-#: Version 1: tables, indexes and the step functions.
+# The worker's step. A migration that changes it runs its current text (CREATE OR
+# REPLACE): keep it working on the tables of every version it migrates from.
+_CYCLE = """
+-- Outcomes in, claims out: rows ('c', id, queue, payload, token) for claims,
+-- ('r', id) for refused outcomes and ('x', id, token) for the claims of this worker
+-- an operator cancelled. Only rows whose token still holds are touched.
+CREATE OR REPLACE FUNCTION {s}.cycle(
+  o_kinds text[], o_ids text[], o_tokens text[], o_queues text[], o_payloads text[],
+  o_offsets float8[], o_results text[], o_keeps float8[], o_reasons text[], o_tracebacks text[],
+  p_queues text[], p_limit int, p_worker text, p_lease float8,
+  p_dead_max int, p_dead_age float8, p_prune int
+) RETURNS TABLE (kind text, id text, queue text, payload text, token text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  t float8 := {s}.clock();
+  applied text[];
+  gone text[];
+  buried int;
+  tok text;
+  got int := 0;
+  n int;
+  q text;
+  woke text[];
+  r record;
+BEGIN
+  IF coalesce(array_length(o_ids, 1), 0) > 0 THEN
+    -- Keys of the jobs that may leave, locked before they leave (see lock_keys).
+    PERFORM {s}.lock_keys(ARRAY(
+      SELECT j.okey FROM {s}.jobs j WHERE j.id = ANY(o_ids) AND j.okey IS NOT NULL));
+    WITH o AS (SELECT * FROM unnest(o_kinds, o_ids, o_tokens, o_queues, o_payloads, o_offsets,
+                                    o_results, o_keeps, o_reasons, o_tracebacks)
+               AS o(kind, id, token, queue, payload, off, result, keep, reason, tb)),
+    done AS (
+      DELETE FROM {s}.jobs j USING o
+      WHERE o.kind = 'done' AND j.id = o.id AND j.token = o.token AND j.state = 1
+      RETURNING j.id, j.okey, o.result, o.keep),
+    kept AS (
+      INSERT INTO {s}.results SELECT d.id, d.result, t + d.keep FROM done d WHERE d.keep > 0
+      ON CONFLICT (id) DO UPDATE SET result = excluded.result, expires = excluded.expires),
+    died AS (
+      DELETE FROM {s}.jobs j USING o
+      WHERE o.kind = 'dead' AND j.id = o.id AND j.token = o.token AND j.state = 1
+      RETURNING j.id, j.okey, coalesce(nullif(o.queue, ''), j.queue) AS queue,
+                coalesce(o.payload, '') AS payload, o.reason, o.tb),
+    grave AS (
+      INSERT INTO {s}.dead SELECT d.id, d.queue, d.payload, d.reason, d.tb, t, d.okey
+      FROM died d
+      ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, payload = excluded.payload,
+        reason = excluded.reason, traceback = excluded.traceback, died = t,
+        okey = excluded.okey),
+    again AS (
+      UPDATE {s}.jobs j SET state = 0, owner = NULL, lease = NULL, token = NULL,
+        retrying = (o.kind = 'retry'),
+        payload = CASE WHEN o.kind = 'retry' THEN o.payload ELSE j.payload END,
+        due = CASE WHEN o.kind = 'retry' THEN t + o.off ELSE j.due END
+      FROM o
+      WHERE o.kind IN ('retry', 'release') AND j.id = o.id AND j.token = o.token
+        AND j.state = 1
+      RETURNING j.id, j.queue, o.kind)
+    SELECT
+      ARRAY(SELECT x.id FROM done x UNION ALL SELECT x.id FROM died x
+            UNION ALL SELECT x.id FROM again x),
+      ARRAY(SELECT x.okey FROM done x WHERE x.okey IS NOT NULL
+            UNION ALL SELECT x.okey FROM died x WHERE x.okey IS NOT NULL),
+      (SELECT count(*) FROM died),
+      ARRAY(SELECT DISTINCT x.queue FROM again x)
+    INTO applied, gone, buried, woke;
+    -- A retry sets a new due time and a release makes a job ready: wake its queue.
+    FOREACH q IN ARRAY woke LOOP PERFORM {s}.wake(q, true); END LOOP;
+    RETURN QUERY SELECT 'r'::text, x, NULL::text, NULL::text, NULL::text FROM unnest(o_ids) x
+      WHERE NOT x = ANY(applied);
+    IF buried > 0 THEN
+      DELETE FROM {s}.dead WHERE died < t - p_dead_age;
+      DELETE FROM {s}.dead d WHERE d.id IN (
+        SELECT x.id FROM {s}.dead x ORDER BY x.died DESC OFFSET p_dead_max);
+    END IF;
+    IF array_length(gone, 1) > 0 THEN PERFORM {s}.advance(gone, t); END IF;
+  END IF;
+  -- An expired lease means its worker died or stalled: give the job back, once
+  -- (SKIP LOCKED: two cycles never wait on each other for the same rows).
+  FOR r IN UPDATE {s}.jobs j SET state = 0, owner = NULL, lease = NULL, token = NULL
+      WHERE j.id IN (SELECT x.id FROM {s}.jobs x WHERE x.state = 1 AND x.lease < t
+                     ORDER BY x.lease LIMIT 1000 FOR UPDATE SKIP LOCKED)
+        AND j.state = 1 AND j.lease < t
+      RETURNING j.queue LOOP
+    PERFORM {s}.wake(r.queue, false);
+  END LOOP;
+  -- One fresh token per cycle: a job's next claim is always another cycle's.
+  tok := md5(random()::text || clock_timestamp()::text || p_worker);
+  FOREACH q IN ARRAY p_queues LOOP
+    EXIT WHEN got >= p_limit;
+    RETURN QUERY
+      WITH c AS (
+        UPDATE {s}.jobs j SET state = 1, owner = p_worker, lease = t + p_lease,
+          retrying = false, token = tok
+        WHERE j.id IN (SELECT x.id FROM {s}.jobs x
+                       WHERE x.queue = q AND x.state = 0 AND x.due <= t
+                       ORDER BY x.due, x.seq LIMIT p_limit - got FOR UPDATE SKIP LOCKED)
+        RETURNING j.id, j.queue, j.payload, j.due, j.seq)
+      SELECT 'c'::text, c.id, c.queue, c.payload, tok FROM c ORDER BY c.due, c.seq;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    got := got + n;
+  END LOOP;
+  -- Full: ready jobs may be left that this worker had no room for; pass the wake-up on.
+  IF got >= p_limit THEN
+    FOREACH q IN ARRAY p_queues LOOP
+      IF EXISTS (SELECT 1 FROM {s}.jobs x WHERE x.queue = q AND x.state = 0 AND x.due <= t)
+      THEN PERFORM {s}.wake(q, false);
+      END IF;
+    END LOOP;
+  END IF;
+  IF p_prune > 0 THEN
+    -- Expired rows go in batches: no cycle ever holds a long delete.
+    DELETE FROM {s}.results x WHERE x.ctid = ANY(ARRAY(
+      SELECT y.ctid FROM {s}.results y WHERE y.expires < t LIMIT p_prune));
+    DELETE FROM {s}.uniques x WHERE x.ctid = ANY(ARRAY(
+      SELECT y.ctid FROM {s}.uniques y WHERE y.expires < t LIMIT p_prune));
+    DELETE FROM {s}.workers x WHERE x.expires < t;
+    DELETE FROM {s}.cancels x WHERE NOT EXISTS (  -- their claim ended some other way
+      SELECT 1 FROM {s}.jobs j WHERE j.id = x.id AND j.token = x.token AND j.state = 1);
+  END IF;
+  -- An operator's cancels of this worker's runs (a small table, mostly empty).
+  RETURN QUERY SELECT 'x'::text, c.id, NULL::text, NULL::text, c.token FROM {s}.cancels c
+    JOIN {s}.jobs j ON j.id = c.id AND j.token = c.token AND j.state = 1
+    WHERE c.owner = p_worker;
+END $$;
+
+"""
+
+# Version 2: what an operator needs (batchy.jobs.Admin): cancels of running jobs,
+# each for one claim, and blocked jobs (behind their key's head) by push order.
+_OPERATING = """
+CREATE TABLE IF NOT EXISTS {s}.cancels (
+    id text PRIMARY KEY, owner text NOT NULL, token text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_blocked ON {s}.jobs (seq) WHERE state = 2;
+"""
+
+#: The current schema: tables, indexes and the step functions.
 SCHEMA = f"""
 CREATE TABLE {{s}}.jobs (
     seq bigint GENERATED ALWAYS AS IDENTITY,  -- push order, for ordering keys
@@ -60,7 +199,7 @@ CREATE TABLE {{s}}.uniques (key text PRIMARY KEY, expires float8 NOT NULL) {_CHU
 CREATE INDEX uniques_expires ON {{s}}.uniques (expires);
 CREATE TABLE {{s}}.workers (id text PRIMARY KEY, info text NOT NULL, expires float8 NOT NULL);
 CREATE TABLE {{s}}.queues (name text PRIMARY KEY);
-
+{_OPERATING}
 -- The store's clock: the only one that decides leases and due times.
 CREATE FUNCTION {{s}}.clock() RETURNS float8 LANGUAGE sql VOLATILE
 AS $$ SELECT extract(epoch FROM clock_timestamp())::float8 $$;
@@ -136,124 +275,7 @@ BEGIN
   RETURN pushed;
 END $$;
 
--- Outcomes in, claims out: rows ('c', id, queue, payload, token) for claims and
--- ('r', id) for refused outcomes. Only rows whose token still holds are touched.
-CREATE FUNCTION {{s}}.cycle(
-  o_kinds text[], o_ids text[], o_tokens text[], o_queues text[], o_payloads text[],
-  o_offsets float8[], o_results text[], o_keeps float8[], o_reasons text[], o_tracebacks text[],
-  p_queues text[], p_limit int, p_worker text, p_lease float8,
-  p_dead_max int, p_dead_age float8, p_prune int
-) RETURNS TABLE (kind text, id text, queue text, payload text, token text)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-  t float8 := {{s}}.clock();
-  applied text[];
-  gone text[];
-  buried int;
-  tok text;
-  got int := 0;
-  n int;
-  q text;
-  woke text[];
-  r record;
-BEGIN
-  IF coalesce(array_length(o_ids, 1), 0) > 0 THEN
-    -- Keys of the jobs that may leave, locked before they leave (see lock_keys).
-    PERFORM {{s}}.lock_keys(ARRAY(
-      SELECT j.okey FROM {{s}}.jobs j WHERE j.id = ANY(o_ids) AND j.okey IS NOT NULL));
-    WITH o AS (SELECT * FROM unnest(o_kinds, o_ids, o_tokens, o_queues, o_payloads, o_offsets,
-                                    o_results, o_keeps, o_reasons, o_tracebacks)
-               AS o(kind, id, token, queue, payload, off, result, keep, reason, tb)),
-    done AS (
-      DELETE FROM {{s}}.jobs j USING o
-      WHERE o.kind = 'done' AND j.id = o.id AND j.token = o.token AND j.state = 1
-      RETURNING j.id, j.okey, o.result, o.keep),
-    kept AS (
-      INSERT INTO {{s}}.results SELECT d.id, d.result, t + d.keep FROM done d WHERE d.keep > 0
-      ON CONFLICT (id) DO UPDATE SET result = excluded.result, expires = excluded.expires),
-    died AS (
-      DELETE FROM {{s}}.jobs j USING o
-      WHERE o.kind = 'dead' AND j.id = o.id AND j.token = o.token AND j.state = 1
-      RETURNING j.id, j.okey, coalesce(nullif(o.queue, ''), j.queue) AS queue,
-                coalesce(o.payload, '') AS payload, o.reason, o.tb),
-    grave AS (
-      INSERT INTO {{s}}.dead SELECT d.id, d.queue, d.payload, d.reason, d.tb, t, d.okey
-      FROM died d
-      ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, payload = excluded.payload,
-        reason = excluded.reason, traceback = excluded.traceback, died = t,
-        okey = excluded.okey),
-    again AS (
-      UPDATE {{s}}.jobs j SET state = 0, owner = NULL, lease = NULL, token = NULL,
-        retrying = (o.kind = 'retry'),
-        payload = CASE WHEN o.kind = 'retry' THEN o.payload ELSE j.payload END,
-        due = CASE WHEN o.kind = 'retry' THEN t + o.off ELSE j.due END
-      FROM o
-      WHERE o.kind IN ('retry', 'release') AND j.id = o.id AND j.token = o.token
-        AND j.state = 1
-      RETURNING j.id, j.queue, o.kind)
-    SELECT
-      ARRAY(SELECT x.id FROM done x UNION ALL SELECT x.id FROM died x
-            UNION ALL SELECT x.id FROM again x),
-      ARRAY(SELECT x.okey FROM done x WHERE x.okey IS NOT NULL
-            UNION ALL SELECT x.okey FROM died x WHERE x.okey IS NOT NULL),
-      (SELECT count(*) FROM died),
-      ARRAY(SELECT DISTINCT x.queue FROM again x)
-    INTO applied, gone, buried, woke;
-    -- A retry sets a new due time and a release makes a job ready: wake its queue.
-    FOREACH q IN ARRAY woke LOOP PERFORM {{s}}.wake(q, true); END LOOP;
-    RETURN QUERY SELECT 'r'::text, x, NULL::text, NULL::text, NULL::text FROM unnest(o_ids) x
-      WHERE NOT x = ANY(applied);
-    IF buried > 0 THEN
-      DELETE FROM {{s}}.dead WHERE died < t - p_dead_age;
-      DELETE FROM {{s}}.dead d WHERE d.id IN (
-        SELECT x.id FROM {{s}}.dead x ORDER BY x.died DESC OFFSET p_dead_max);
-    END IF;
-    IF array_length(gone, 1) > 0 THEN PERFORM {{s}}.advance(gone, t); END IF;
-  END IF;
-  -- An expired lease means its worker died or stalled: give the job back, once
-  -- (SKIP LOCKED: two cycles never wait on each other for the same rows).
-  FOR r IN UPDATE {{s}}.jobs j SET state = 0, owner = NULL, lease = NULL, token = NULL
-      WHERE j.id IN (SELECT x.id FROM {{s}}.jobs x WHERE x.state = 1 AND x.lease < t
-                     ORDER BY x.lease LIMIT 1000 FOR UPDATE SKIP LOCKED)
-        AND j.state = 1 AND j.lease < t
-      RETURNING j.queue LOOP
-    PERFORM {{s}}.wake(r.queue, false);
-  END LOOP;
-  -- One fresh token per cycle: a job's next claim is always another cycle's.
-  tok := md5(random()::text || clock_timestamp()::text || p_worker);
-  FOREACH q IN ARRAY p_queues LOOP
-    EXIT WHEN got >= p_limit;
-    RETURN QUERY
-      WITH c AS (
-        UPDATE {{s}}.jobs j SET state = 1, owner = p_worker, lease = t + p_lease,
-          retrying = false, token = tok
-        WHERE j.id IN (SELECT x.id FROM {{s}}.jobs x
-                       WHERE x.queue = q AND x.state = 0 AND x.due <= t
-                       ORDER BY x.due, x.seq LIMIT p_limit - got FOR UPDATE SKIP LOCKED)
-        RETURNING j.id, j.queue, j.payload, j.due, j.seq)
-      SELECT 'c'::text, c.id, c.queue, c.payload, tok FROM c ORDER BY c.due, c.seq;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    got := got + n;
-  END LOOP;
-  -- Full: ready jobs may be left that this worker had no room for; pass the wake-up on.
-  IF got >= p_limit THEN
-    FOREACH q IN ARRAY p_queues LOOP
-      IF EXISTS (SELECT 1 FROM {{s}}.jobs x WHERE x.queue = q AND x.state = 0 AND x.due <= t)
-      THEN PERFORM {{s}}.wake(q, false);
-      END IF;
-    END LOOP;
-  END IF;
-  IF p_prune > 0 THEN
-    -- Expired rows go in batches: no cycle ever holds a long delete.
-    DELETE FROM {{s}}.results x WHERE x.ctid = ANY(ARRAY(
-      SELECT y.ctid FROM {{s}}.results y WHERE y.expires < t LIMIT p_prune));
-    DELETE FROM {{s}}.uniques x WHERE x.ctid = ANY(ARRAY(
-      SELECT y.ctid FROM {{s}}.uniques y WHERE y.expires < t LIMIT p_prune));
-    DELETE FROM {{s}}.workers x WHERE x.expires < t;
-  END IF;
-END $$;
-
+{_CYCLE}
 -- Renew the leases still held; return the ids that were not.
 CREATE FUNCTION {{s}}.heartbeat(
   p_worker text, p_info text, p_lease float8, p_ids text[], p_tokens text[]
@@ -310,5 +332,5 @@ BEGIN
 END $$;
 """
 
-#: ``MIGRATIONS[v]`` takes a schema from version ``v`` to ``v + 1`` (none yet).
-MIGRATIONS: dict[int, str] = {}
+#: ``MIGRATIONS[v]`` takes a schema from version ``v`` to ``v + 1``.
+MIGRATIONS: dict[int, str] = {1: _OPERATING + _CYCLE}

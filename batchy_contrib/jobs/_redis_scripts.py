@@ -127,11 +127,12 @@ local lease, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local dead_max, dead_age, nq = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local queues = {}
 for i = 1, nq do queues[i] = ARGV[6 + i] end
-local buried = false
+local worker = ARGV[7 + nq]
+local buried, kept = false, false
 local refused = {}
 -- Outcomes, each as long as its kind needs: done|release id token; kept id token
 -- result keep_ms; retry id token queue payload offset; dead id token grave_json.
-local i = 7 + nq
+local i = 8 + nq
 while i <= #ARGV do
   local kind, id, token = ARGV[i], ARGV[i+1], ARGV[i+2]
   local q, payload, off, result, keep, extra
@@ -159,7 +160,12 @@ while i <= #ARGV do
     redis.call('HDEL', p..'jobs', id)
     redis.call('HDEL', p..'meta', id)
     leave(id, now)
-    if keep then redis.call('SET', p..'result:'..id, result, 'PX', keep) end
+    if keep then
+      redis.call('SET', p..'result:'..id, result, 'PX', keep)
+      -- Kept results by expiry, so an operator can page through done jobs.
+      redis.call('ZADD', p..'results', now + keep / 1000, id)
+      kept = true
+    end
   elseif kind == 'retry' then
     local due = now + tonumber(off)
     redis.call('HSET', p..'jobs', id, payload)
@@ -223,7 +229,8 @@ for _, q in ipairs(queues) do
     for _, id in ipairs(ids) do
       local payload = redis.call('HGET', p..'jobs', id)
       if payload then
-        token = token or tostring(redis.call('INCR', p..'claims'))
+        -- '<n>@<worker>': the lease holder can be read off the token.
+        token = token or (redis.call('INCR', p..'claims')..'@'..worker)
         redis.call('ZADD', p..'leases', now + lease, id)
         redis.call('HSET', p..'owner', id, token)
         out[#out+1] = id; out[#out+1] = q; out[#out+1] = payload; out[#out+1] = token
@@ -238,8 +245,25 @@ for _, q in ipairs(queues) do
     end
   end
 end
+if kept then redis.call('ZREMRANGEBYSCORE', p..'results', '-inf', now) end
+-- An operator's cancels of this worker's runs (a small hash, mostly empty).
+local cancel = {}
+if redis.call('HLEN', p..'cancel') > 0 then
+  local asked = redis.call('HGETALL', p..'cancel')
+  for j = 1, #asked, 2 do
+    local id, tok = asked[j], asked[j+1]
+    if redis.call('HGET', p..'owner', id) ~= tok then
+      redis.call('HDEL', p..'cancel', id)  -- that claim ended: the request goes with it
+    else
+      local at = string.find(tok, '@', 1, true)
+      if at and string.sub(tok, at + 1) == worker then
+        cancel[#cancel+1] = id; cancel[#cancel+1] = tok
+      end
+    end
+  end
+end
 wake_left(queues)
-return {out, refused, dropped}
+return {out, refused, dropped, cancel}
 """
 )
 
@@ -293,6 +317,13 @@ local function bump(zset, slot)
   end
 end
 bump('leases', 1); bump('sched', 2); bump('retry', 3)
+-- Who holds each lease now (the token names its worker): live, not as of heartbeats.
+local held = {}
+for _, id in ipairs(redis.call('ZRANGE', p..'leases', 0, -1)) do
+  local tok = redis.call('HGET', p..'owner', id)
+  local at = tok and string.find(tok, '@', 1, true)
+  if at then held[#held+1] = string.sub(tok, at + 1); held[#held+1] = id end
+end
 local out = {}
 for _, q in ipairs(redis.call('SMEMBERS', p..'queues')) do
   local c = counts[q] or {0, 0, 0}
@@ -310,7 +341,7 @@ for _, w in ipairs(redis.call('ZRANGE', p..'workers', 0, -1)) do
   local info = redis.call('GET', p..'worker:'..w)
   if info then workers[#workers+1] = info end
 end
-return {out, redis.call('ZCARD', p..'dead'), workers, string.format('%.6f', now)}
+return {out, redis.call('ZCARD', p..'dead'), workers, string.format('%.6f', now), held}
 """
 )
 

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -58,7 +58,9 @@ from batchy.jobs import (
     WorkerInfo,
 )
 
+from . import _postgres_counts as _counts
 from . import _postgres_read as _read
+from ._postgres_admin import PostgresOperating
 from ._postgres_listen import Listener
 from ._postgres_schema import Names, SchemaVersionError, ensure_async, ensure_sync
 
@@ -79,7 +81,7 @@ _WARM: tuple[object, ...] = (["release"], ["\x01warm-up"], [""], [""], [None], [
 _WARM += ([0.0], [""], [""], [], 0, "", 0.0, DEAD_MAX, DEAD_MAX_AGE, 0)
 
 
-class PostgresBackend(Backend):
+class PostgresBackend(PostgresOperating, Backend):
     """Jobs in PostgreSQL (psycopg 3, a connection pool); any number of workers on any machines.
 
     ``dsn`` is a libpq connection string or URL. ``schema`` holds the store's
@@ -123,6 +125,9 @@ class PostgresBackend(Backend):
 
     def __repr__(self) -> str:
         return f"<PostgresBackend schema={self.schema!r}>"
+
+    def describe(self) -> str:
+        return f"PostgreSQL {self.redact(self.dsn)} schema {self.schema!r}"
 
     # -- connections -----------------------------------------------------------------
 
@@ -289,6 +294,7 @@ class PostgresBackend(Backend):
             rows = await self._all(self._sql["cycle"], params)
         claims = Claims(Claimed(i, q, p, t) for kind, i, q, p, t in rows if kind == "c")
         claims.refused = [i for kind, i, _, _, _ in rows if kind == "r"]
+        claims.cancel = [(i, t) for kind, i, _, _, t in rows if kind == "x"]
         return claims
 
     async def heartbeat(
@@ -394,6 +400,15 @@ class PostgresBackend(Backend):
             (None if ids is None else list(ids),) * 2,
         )
         return len(rows)
+
+    async def add_counts(self, counts: Mapping[tuple[int, str], int], now: float) -> None:
+        # The table is made by this object's first write (see _postgres_counts).
+        made: bool = getattr(self, "_counts_made", False)
+        await _counts.add_counts(await self.pool(), self.names, counts, now, create=not made)
+        self._counts_made = True
+
+    async def read_counts(self, since: int, now: float) -> dict[tuple[int, str], int]:
+        return await _counts.read_counts(await self.pool(), self.names, since)
 
     async def close(self) -> None:
         if self._listener is not None:

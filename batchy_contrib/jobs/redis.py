@@ -54,7 +54,7 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +77,9 @@ from batchy.jobs import (
     WorkerInfo,
 )
 
+from . import _redis_counts as _counts
 from . import _redis_scripts as lua
+from ._redis_admin import RedisOperating
 
 __all__ = ["RedisBackend"]
 
@@ -92,7 +94,7 @@ class _Wait:
     since: float  # the loop's time when it was sent
 
 
-class RedisBackend(Backend):
+class RedisBackend(RedisOperating, Backend):
     """Jobs in Redis (redis-py's asyncio client); any number of workers on any machines.
 
     ``url`` is a Redis URL (use a database of its own, e.g. ``redis://host:6379/1``)
@@ -139,7 +141,10 @@ class RedisBackend(Backend):
         }
 
     def __repr__(self) -> str:
-        return f"<RedisBackend {self.url} prefix={self.prefix!r}>"
+        return f"<RedisBackend {self.redact(self.url)} prefix={self.prefix!r}>"
+
+    def describe(self) -> str:
+        return f"Redis {self.redact(self.url)} prefix {self.prefix!r}"
 
     async def _run(self, script: str, *args: Any) -> Any:
         return await self._scripts[script](keys=[], args=[self.prefix, *args])
@@ -184,7 +189,7 @@ class RedisBackend(Backend):
         now: float,
     ) -> Claims:
         args: list[Any] = [lease, limit, self.dead_max, self.dead_max_age]
-        args += [len(queues), *queues]
+        args += [len(queues), *queues, worker]
         # Each outcome sends only the fields its kind uses (see the script): the
         # client packs every argument one by one, and most outcomes are "done".
         for o in self.screen_outcomes(outcomes):
@@ -209,7 +214,7 @@ class RedisBackend(Backend):
                 args += ("dead", o.id, o.token, json.dumps(grave))
             else:
                 args += (kind, o.id, o.token)
-        flat, refused, dropped = await self._run("cycle", *args)
+        flat, refused, dropped, cancel = await self._run("cycle", *args)
         for i in range(0, len(dropped), 2):
             self.dropped += 1
             log.warning(
@@ -221,7 +226,8 @@ class RedisBackend(Backend):
                 self.dropped,
             )
         claimed = (Claimed(*flat[i : i + 4]) for i in range(0, len(flat), 4))
-        return Claims(claimed, refused)
+        pairs = ((cancel[i], cancel[i + 1]) for i in range(0, len(cancel), 2))
+        return Claims(claimed, refused, pairs)
 
     async def heartbeat(
         self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float
@@ -334,7 +340,7 @@ class RedisBackend(Backend):
         return JobStatus(job_id, state)
 
     async def info(self, now: float) -> Info:
-        rows, dead, workers, store_now = await self._run("info")
+        rows, dead, workers, store_now, held = await self._run("info")
         queues = [
             QueueInfo(
                 name,
@@ -347,7 +353,11 @@ class RedisBackend(Backend):
             for name, size, at, running, scheduled, retrying in rows
         ]
         queues.sort(key=lambda q: q.name)
-        return Info(tuple(queues), int(dead), tuple(WorkerInfo.from_json(w) for w in workers))
+        live = self.with_running(
+            (WorkerInfo.from_json(w) for w in workers),
+            ((held[i], held[i + 1]) for i in range(0, len(held), 2)),
+        )
+        return Info(tuple(queues), int(dead), live)
 
     async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
         ids = await self.redis.zrevrange(self.prefix + "dead", 0, limit - 1, withscores=True)
@@ -378,6 +388,12 @@ class RedisBackend(Backend):
 
     async def delete_dead(self, ids: Sequence[str] | None) -> int:
         return int(await self._run("dead_move", 0, int(ids is None), *(ids or ())))
+
+    async def add_counts(self, counts: Mapping[tuple[int, str], int], now: float) -> None:
+        await _counts.add_counts(self.redis, self.prefix, counts)
+
+    async def read_counts(self, since: int, now: float) -> dict[tuple[int, str], int]:
+        return await _counts.read_counts(self.redis, self.prefix, since, now)
 
     async def close(self) -> None:
         if self._sync is not None:

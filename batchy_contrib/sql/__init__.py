@@ -1,1 +1,1 @@
-"""SQL data sources: batched loaders over MySQL/MariaDB and SQLite, sharing one core."""
+"""SQL data sources: batched loaders over MySQL/MariaDB, PostgreSQL and SQLite, sharing one core."""

@@ -27,6 +27,22 @@ it the server filters the table first. On MariaDB the derived table is a
 ``VALUES`` list (faster to parse than ``UNION ALL SELECT``, which MySQL needs).
 SQLite plans the join well with an index on the key column; the same ``IN``
 filter there costs 10-15% with one and does not save the unindexed case.
+
+PostgreSQL (``keys_table="array"``) takes the keys as **one** array parameter,
+so the statement is the same short text for 1 key or 50,000 (and is prepared
+once): ``WHERE t.key = ANY(%s)`` without positions, and with them::
+
+    SELECT k.batchy__pos - 1 AS batchy__pos, t.* FROM unnest(COALESCE(%s,
+      ARRAY(SELECT t0."name" FROM "users" AS t0 LIMIT 0)))
+      WITH ORDINALITY AS k(batchy__key, batchy__pos)
+    JOIN "users" AS t ON t."name" = k.batchy__key
+
+The array is sent untyped (its elements as text), and ``COALESCE`` with an
+empty array of the key column gives it the column's type, so the server reads
+each key as a value of that column (as it reads ``WHERE name = 'ADA'``) and
+compares under the column's type and collation (``citext``, a
+nondeterministic ICU collation) without batchy asking the catalog first. The
+planner drops the ``COALESCE`` for a given array and sees how many keys it has.
 """
 
 from __future__ import annotations
@@ -46,6 +62,7 @@ __all__ = [
     "identifier",
     "keyed_sql",
     "plain_sql",
+    "query_sql",
     "repeats",
     "select",
 ]
@@ -79,8 +96,13 @@ class Dialect:
     name: str
     quote: str  # the identifier quote character
     param: str  # the placeholder of one bound parameter
-    keys_table: Literal["cte", "values", "union"]  # how keys and positions are listed
+    keys_table: Literal["cte", "values", "union", "array"]  # how keys and positions are listed
     in_filter: bool  # also filter the table with IN (see _sql_match)
+
+    @property
+    def array(self) -> bool:
+        """The keys go as one array parameter (PostgreSQL), not one placeholder each."""
+        return self.keys_table == "array"
 
     def q(self, name: str) -> str:
         return f"{self.quote}{name}{self.quote}"
@@ -88,6 +110,10 @@ class Dialect:
     def params(self, n: int) -> str:
         """``(p, p, ..., p)``: an ``IN`` list of ``n`` placeholders."""
         return "(" + ", ".join([self.param] * n) + ")"
+
+    def in_keys(self, n: int) -> str:
+        """The test of a column against ``n`` keys: ``IN (p, ..., p)``, or ``= ANY(p)``."""
+        return f"= ANY({self.param})" if self.array else "IN " + self.params(n)
 
 
 def _order(dialect: Dialect, order_by: str | Sequence[str] | None) -> str:
@@ -144,6 +170,14 @@ def keyed_sql(select: Select, n: int, d: Dialect) -> str:
     (once for the positions, once for the ``IN`` filter): see :func:`repeats`.
     """
     s = select
+    if d.array:
+        # One array, whatever n; COALESCE types it as the key column (module docstring).
+        keys = f"COALESCE({d.param}, ARRAY(SELECT t0.{s.key} FROM {s.table} AS t0 LIMIT 0))"
+        return (
+            f"SELECT k.{POS} - 1 AS {POS}, {s.columns} FROM unnest({keys}) "
+            f"WITH ORDINALITY AS k({KEY}, {POS}) "
+            f"JOIN {s.table} AS t ON t.{s.key} = k.{KEY}{s.order}"
+        )
     rows = _rows_of(d.param, n)
     if d.keys_table == "cte":
         head = f"WITH {KEYS}({POS}, {KEY}) AS (VALUES {', '.join(rows)}) "
@@ -183,7 +217,25 @@ def _rows_of(param: str, n: int) -> list[str]:
     return rows[:n]
 
 
-def plain_sql(select: Select, params: str) -> str:
-    """``WHERE key IN params``: for keys Python matches exactly (see :mod:`._sql_match`)."""
+def plain_sql(select: Select, n: int, d: Dialect) -> str:
+    """``WHERE key IN (...)``: for keys Python matches exactly (see :mod:`._sql_match`)."""
     s = select
-    return f"SELECT {s.columns} FROM {s.table} AS t WHERE t.{s.key} IN {params}{s.order}"
+    return f"SELECT {s.columns} FROM {s.table} AS t WHERE t.{s.key} {d.in_keys(n)}{s.order}"
+
+
+#: ``IN {keys}`` and ``NOT IN {keys}`` in a db.query() statement, for an array dialect.
+_IN_KEYS = re.compile(r"\b(NOT\s+)?IN\s*" + re.escape(KEYS_MARK), re.IGNORECASE)
+
+
+def query_sql(sql: str, n: int, d: Dialect) -> str:
+    """A db.query() statement for ``n`` keys: ``{keys}`` becomes the bound key list.
+
+    With an array dialect, ``col IN {keys}`` becomes ``col = ANY(%s)`` (and
+    ``NOT IN``, ``<> ALL(%s)``), so one statement text serves every backend;
+    a ``{keys}`` elsewhere is the array parameter itself.
+    """
+    if not d.array:
+        return sql.replace(KEYS_MARK, d.params(n))
+    p = d.param
+    sql = _IN_KEYS.sub(lambda m: f"<> ALL({p})" if m.group(1) else f"= ANY({p})", sql)
+    return sql.replace(KEYS_MARK, p)

@@ -1,10 +1,12 @@
 """The SQL loaders shared by every SQL backend: the factories, one batch from keys to values.
 
-A backend (:mod:`batchy_contrib.sql.mysql`, :mod:`batchy_contrib.sql.sqlite`) subclasses
-:class:`SQLDatabase` and supplies its :class:`Dialect` (how to quote a name,
-write a placeholder, list keys with their positions), ``_rows`` (run one
-statement and return dicts), ``_bind_problem`` (which keys its driver cannot
-bind) and ``_classify`` (what kind of failure an exception is). Everything
+A backend (:mod:`batchy_contrib.sql.mysql`, :mod:`batchy_contrib.sql.sqlite`,
+:mod:`batchy_contrib.sql.postgres`) subclasses :class:`SQLDatabase` and supplies
+its :class:`Dialect` (how to quote a name, write a placeholder, list keys with
+their positions), ``_rows`` (run one statement and return dicts),
+``_bind_problem`` (which keys its driver cannot bind) and ``_classify`` (what
+kind of failure an exception is); one that binds the keys otherwise than one
+placeholder each (PostgreSQL: one array) overrides ``_key_rows`` too. Everything
 users see — ``one``, ``many``, ``query`` and their errors — lives here and in
 :mod:`._sql_build` (the statements), :mod:`._sql_match` (rows to keys) and
 :mod:`._sql_errors` (the messages) once, so the backends cannot drift apart.
@@ -34,10 +36,19 @@ from ._build import (
     identifier,
     keyed_sql,
     plain_sql,
+    query_sql,
     repeats,
     select,
 )
-from ._errors import KeysRejected, Kind, bad_key, failed, timed_out, unencodable_key
+from ._errors import (
+    KeysRejected,
+    Kind,
+    bad_key,
+    failed,
+    timed_out,
+    unencodable_key,
+    unreadable_key,
+)
 from ._match import Match
 
 __all__ = ["Dialect", "KeysRejected", "Row", "SQLDatabase", "identifier"]
@@ -59,6 +70,11 @@ class SQLDatabase(abc.ABC):
     killed_hint: str = "retry the keys."
     #: The end of the message of a statement that outran ``timeout``.
     timeout_hint: str = "raise timeout= if the query is slow."
+    #: The end of the message of a key the driver could not encode.
+    encode_hint: str = (
+        "Pass a value the driver can encode: text without lone surrogates, finite numbers, "
+        "integers of at most 64 bits on SQLite."
+    )
 
     def __init__(self, host: str, *, timeout: float | None) -> None:
         self.host = host
@@ -76,6 +92,12 @@ class SQLDatabase(abc.ABC):
         (encode them once). Raise :class:`KeysRejected` when the driver cannot
         encode some parameters and nothing was sent.
         """
+
+    async def _key_rows(self, sql: str, keys: list[Any], positional: bool) -> list[Row]:
+        """Run one loader statement for ``keys``, one placeholder each (``positional``: with
+        their positions too, see :func:`keyed_sql`); raise :class:`KeysRejected` as ``_rows``.
+        """
+        return await self._rows(sql, keys, repeat=repeats(self.dialect) if positional else 1)
 
     @abc.abstractmethod
     def _bind_problem(self, key: Any) -> str | None:
@@ -224,11 +246,12 @@ class SQLDatabase(abc.ABC):
     ) -> batchy.Loader[Any, Any]:
         """A loader over your own statement; ``{keys}`` in it becomes the bound ``IN`` list.
 
-        Each result row must have a column named ``key`` holding the key it
-        belongs to; rows are matched to keys by Python ``==`` on that column
-        (batchy cannot rewrite your SQL to let the server say), so pass keys
-        that equal the column's values in Python. ``many=False``: one row (or
-        ``None``) per key; ``many=True``: a list per key::
+        (On PostgreSQL, ``= ANY(%s)`` with the keys as one array.) Each result
+        row must have a column named ``key`` holding the key it belongs to;
+        rows are matched to keys by Python ``==`` on that column (batchy cannot
+        rewrite your SQL to let the server say), so pass keys that equal the
+        column's values in Python. ``many=False``: one row (or ``None``) per
+        key; ``many=True``: a list per key::
 
             comment_counts = db.query(
                 "SELECT post_id, COUNT(*) AS n FROM comments"
@@ -252,7 +275,7 @@ class SQLDatabase(abc.ABC):
         match = Match(name, key, many, row)
 
         def statement(n: int) -> str:
-            return sql.replace(KEYS_MARK, self.dialect.params(n))
+            return query_sql(sql, n, self.dialect)
 
         return self._loader(match, None, statement, row, max_batch_size, max_concurrency, cache)
 
@@ -276,7 +299,7 @@ class SQLDatabase(abc.ABC):
 
     def _plain(self, spec: Select) -> Callable[[int], str]:
         def statement(n: int) -> str:
-            return plain_sql(spec, self.dialect.params(n))
+            return plain_sql(spec, n, self.dialect)
 
         return statement
 
@@ -341,14 +364,14 @@ class SQLDatabase(abc.ABC):
                         keyed(len(batch)) if keyed is not None and positional else plain(len(batch))
                     )
                     try:
-                        repeat = repeats(self.dialect) if positional else 1
-                        rows = await self._rows(sql, batch, repeat=repeat)
+                        rows = await self._key_rows(sql, batch, positional)
                     except KeysRejected as rejected:
                         if not rejected.bad:
                             raise
-                        # Nothing was sent: fail those keys alone and send the rest.
+                        # Nothing came back: fail those keys alone and send the rest.
+                        why = unreadable_key if rejected.by_server else unencodable_key
                         for j, error in rejected.bad.items():
-                            alone[sent[j]] = unencodable_key(self, name, batch[j], error)
+                            alone[sent[j]] = why(self, name, batch[j], error)
                         sent = [i for j, i in enumerate(sent) if j not in rejected.bad]
                         continue
                     if positional or keyed is None or match.still_ints(rows):

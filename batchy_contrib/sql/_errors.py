@@ -30,6 +30,7 @@ __all__ = [
     "refusal",
     "timed_out",
     "unencodable_key",
+    "unreadable_key",
 ]
 
 #: What went wrong, as a backend tells it (:meth:`SQLDatabase._classify`).
@@ -42,6 +43,7 @@ class _Store(Protocol):
     timeout: float | None
     killed_hint: str
     timeout_hint: str
+    encode_hint: str
 
 
 class KeysRejected(Exception):
@@ -49,16 +51,21 @@ class KeysRejected(Exception):
 
     ``bad`` maps a parameter's index to the driver's error. Nothing was sent, so
     the loader fails those keys alone and sends the statement again without them.
+    ``by_server``: the server, not the driver, could not read those keys as the
+    type the statement compares them with (PostgreSQL reads keys itself); the
+    statement failed as a whole, so it too is sent again without them.
     """
 
-    def __init__(self, bad: dict[int, BaseException]) -> None:
+    def __init__(self, bad: dict[int, BaseException], *, by_server: bool = False) -> None:
         super().__init__(f"{len(bad)} parameter(s) could not be encoded")
         self.bad = bad
+        self.by_server = by_server
 
 
 def _err(error: BaseException) -> str:
     # batchy.error_text is not public; this is its shape, for errors we know print.
-    text = str(error)
+    # The first line only: PostgreSQL's go on with the statement and a caret.
+    text = str(error).split("\n", 1)[0].rstrip()
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
@@ -96,8 +103,22 @@ def unencodable_key(db: _Store, name: str, key: Any, error: BaseException) -> Ke
     failure = KeyEncodingError(
         f"loader {name!r} could not encode key {short_repr(key)} ({type(key).__name__}) for "
         f"{db.kind} at {db.host} ({_err(error)}). Only this key failed; the other keys of its "
-        "batch were loaded. Pass a value the driver can encode: text without lone "
-        "surrogates, finite numbers, integers of at most 64 bits on SQLite.",
+        f"batch were loaded. {db.encode_hint}",
+        loader=name,
+        key=key,
+        host=db.host,
+    )
+    failure.__cause__ = error
+    return failure
+
+
+def unreadable_key(db: _Store, name: str, key: Any, error: BaseException) -> KeyEncodingError:
+    """The error of a key the server could not read as the type of the column it meets."""
+    failure = KeyEncodingError(
+        f"loader {name!r} could not send key {short_repr(key)} ({type(key).__name__}) to "
+        f"{db.kind} at {db.host}: the server cannot read it as a value of the column it is "
+        f"compared with ({_err(error)}). Only this key failed; the other keys of its batch "
+        "were loaded. Pass keys of the column's type.",
         loader=name,
         key=key,
         host=db.host,

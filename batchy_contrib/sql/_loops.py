@@ -28,7 +28,7 @@ from typing import Generic, TypeVar
 
 from batchy import UsageError
 
-__all__ = ["EventLoopError", "PerLoop", "running_loop"]
+__all__ = ["EventLoopError", "PerLoop", "foreign_loop", "running_loop"]
 
 T = TypeVar("T")
 
@@ -47,6 +47,27 @@ def running_loop(what: str) -> asyncio.AbstractEventLoop:
             "or Django view, a script), run the handler with batchy.run(handler(...)); in "
             "async code, await it."
         ) from None
+
+
+def foreign_loop(host: str, home: asyncio.AbstractEventLoop, *, driver: str, module: str) -> str:
+    """Why a pool made by ``<module>.connect()`` cannot serve the running loop, and the fix.
+
+    ``driver`` names the pool (``aiomysql``), ``module`` the backend (``mysql``).
+    """
+    if home.is_closed():
+        where = (
+            f"in an event loop that has closed since (asyncio.run({module}.connect(...)) at "
+            "startup, then batchy.run(...) per request?)"
+        )
+    else:
+        where = "in another event loop (another thread's, or one not running now)"
+    # No final period: the engine appends "while loading keys [...]" for a loader.
+    return (
+        f"the {driver} pool for {host} was made {where}, and a connection works only in "
+        f"the loop that opened it; declare the database with {module}.Database.from_url(url) "
+        f"instead of {module}.connect(url): it opens a pool per event loop on first use and "
+        "closes it with its loop"
+    )
 
 
 class _Entry(Generic[T]):

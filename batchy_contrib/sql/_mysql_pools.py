@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 from batchy import UsageError
 
-__all__ = ["abandon_pool", "acquire", "close_pool", "foreign_loop", "url_options"]
+__all__ = ["abandon_pool", "acquire", "close_pool", "url_options"]
 
 #: Seconds a shutting-down loop waits for its pool's connections to come back.
 CLOSE_WAIT = 5.0
@@ -78,24 +78,6 @@ def url_options(
     if parts.path.strip("/"):
         options["db"] = parts.path.strip("/")
     return f"{host}:{port}", options
-
-
-def foreign_loop(host: str, home: asyncio.AbstractEventLoop) -> str:
-    """Why a pool made by ``connect()`` cannot serve the running loop, and the fix."""
-    if home.is_closed():
-        where = (
-            "in an event loop that has closed since (asyncio.run(mysql.connect(...)) at "
-            "startup, then batchy.run(...) per request?)"
-        )
-    else:
-        where = "in another event loop (another thread's, or one not running now)"
-    # No final period: the engine appends "while loading keys [...]" for a loader.
-    return (
-        f"the aiomysql pool for {host} was made {where}, and a connection works only in "
-        "the loop that opened it; declare the database with mysql.Database.from_url(url) "
-        "instead of mysql.connect(url): it opens a pool per event loop on first use and "
-        "closes it with its loop"
-    )
 
 
 async def close_pool(pool: Any) -> None:

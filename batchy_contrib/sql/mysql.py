@@ -50,9 +50,9 @@ from ..errors import (
 )
 from ._core import Dialect, KeysRejected, Row, SQLDatabase, identifier
 from ._errors import CONTAINERS, Kind, refusal
-from ._loops import EventLoopError, PerLoop, running_loop
+from ._loops import EventLoopError, PerLoop, foreign_loop, running_loop
 from ._match import KeyTypeWarning
-from ._mysql_pools import abandon_pool, acquire, close_pool, foreign_loop, url_options
+from ._mysql_pools import abandon_pool, acquire, close_pool, url_options
 
 __all__ = [
     "ConnectionLostError",
@@ -183,7 +183,7 @@ class Database(SQLDatabase):
                 # Nobody can close it in its loop any more: free its sockets, or
                 # they warn when collected. The pool stays refused.
                 abandon_pool(pool)
-            raise EventLoopError(foreign_loop(self.host, home))
+            raise EventLoopError(foreign_loop(self.host, home, driver="aiomysql", module="mysql"))
         return pool
 
     async def _rows(self, sql: str, params: Sequence[Any], *, repeat: int = 1) -> list[Row]:

@@ -2,16 +2,15 @@
 
 The web integrations (``asgi``, ``fastapi``, ``flask``, ``django``) open one
 :class:`RequestStats` per request with :func:`track` and hand it to the request
-(``request.state.batchy``, ``g.batchy``, ``request.batchy``). One process-wide
-:class:`batchy.Hook` feeds every open tracker.
+(``request.state.batchy``, ``g.batchy``, ``request.batchy``).
 
-Attribution is by thread, because that is where a request's batches run: a sync
-request (Flask, a Django view) runs its event loop in its own thread, and an
-ASGI server runs all of its requests on one loop in one thread. Batches are not
-per request: keys that concurrent requests on one loop ask for in the same round
-share one call, so every request in flight on that loop counts it.
-``overlapped`` says how many other requests were in flight on the same thread
-during this one; when it is 0, the counts are this request's alone.
+The counts are the request's scope's own (:class:`batchy.ScopeStats`, kept by
+the engine), so they are exact whatever thread or event loop the request's
+handlers run on, and however many requests run at once: a round or a call
+counts for a request only if it had keys of that request. Batches are not per
+request, though: keys that concurrent requests ask for in the same round share
+one call, and that call counts in each of them. ``overlapped`` says how many
+other requests were in flight on the same thread during this one.
 """
 
 from __future__ import annotations
@@ -37,16 +36,14 @@ log = logging.getLogger("batchy.requests")
 class RequestStats:
     """What batchy did for one request: rounds, calls and keys per loader, errors.
 
-    ``scope`` is the request's :class:`batchy.Scope` (loader caches live there).
+    ``scope`` is the request's :class:`batchy.Scope` (loader caches live there);
+    ``stats`` its :class:`batchy.ScopeStats`, which the counts here read.
     """
 
     def __init__(self, name: str, scope: batchy.Scope) -> None:
         self.name = name
         self.scope = scope
-        self.rounds = 0
-        self.calls: dict[str, int] = {}
-        self.keys: dict[str, int] = {}
-        self.errors = 0
+        self.stats = scope.stats
         self.overlapped = 0
         self.started = time.perf_counter()
         self.duration: float | None = None
@@ -54,6 +51,26 @@ class RequestStats:
 
     def __repr__(self) -> str:
         return f"<batchy.RequestStats {self.name} rounds={self.rounds} calls={self.calls}>"
+
+    @property
+    def rounds(self) -> int:
+        """Rounds that flushed keys of this request."""
+        return self.stats.rounds
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """Loader name -> batch calls with keys of this request."""
+        return self.stats.calls
+
+    @property
+    def keys(self) -> dict[str, int]:
+        """Loader name -> this request's keys those calls answered."""
+        return self.stats.keys
+
+    @property
+    def errors(self) -> int:
+        """Batch calls with keys of this request that failed as a whole."""
+        return sum(self.stats.errors.values())
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready summary, as put in a GraphQL response's ``extensions``."""
@@ -76,34 +93,12 @@ class RequestStats:
         )
 
 
-class _Collector(batchy.Hook):
-    """The one hook that feeds every open :class:`RequestStats` of the thread it is called in."""
+class _Collector:
+    """Which requests are open on each thread, for :attr:`RequestStats.overlapped`."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.open: dict[int, list[RequestStats]] = {}
-
-    def _stats(self) -> list[RequestStats]:
-        # Read without the lock: the list of a thread is replaced, never mutated.
-        here = self.open.get(threading.get_ident())
-        if here:
-            return here
-        # A loop no request is tracked on (one that asgiref started in another
-        # thread for an async view): the context the event runs in, copied
-        # from the request, still says whose it is.
-        stats = _current.get()
-        return [stats] if stats is not None else []
-
-    def round_started(self, event: batchy.RoundEvent) -> None:
-        for stats in self._stats():
-            stats.rounds += 1
-
-    def batch_flushed(self, event: batchy.BatchEvent) -> None:
-        for stats in self._stats():
-            stats.calls[event.loader] = stats.calls.get(event.loader, 0) + 1
-            stats.keys[event.loader] = stats.keys.get(event.loader, 0) + len(event.keys)
-            if event.error is not None:
-                stats.errors += 1
 
     def enter(self, stats: RequestStats) -> int:
         ident = threading.get_ident()
@@ -113,8 +108,6 @@ class _Collector(batchy.Hook):
                 other.overlapped += 1
             stats.overlapped += len(others)
             self.open[ident] = [*others, stats]
-            if len(self.open) == 1 and len(others) == 0:
-                batchy.add_hook(self)  # registered only while some request is open
         return ident
 
     def exit(self, stats: RequestStats, ident: int) -> None:
@@ -124,8 +117,6 @@ class _Collector(batchy.Hook):
                 self.open[ident] = left
             else:
                 self.open.pop(ident, None)
-            if not self.open:
-                batchy.remove_hook(self)
 
 
 _collector = _Collector()
@@ -174,18 +165,10 @@ def run(aw: Awaitable[T]) -> T:
     stats = _current.get()
     if stats is None:
         return batchy.run(aw)
-    with counted_here(stats):
-        return batchy.run(aw, scope=stats.scope)
+    return batchy.run(aw, scope=stats.scope)
 
 
 @contextlib.contextmanager
 def counted_here(stats: RequestStats) -> Iterator[RequestStats]:
-    """Count what batchy does in this thread for ``stats`` too (a worker thread of the request)."""
-    if threading.get_ident() == stats.thread:
-        yield stats
-        return
-    ident = _collector.enter(stats)
-    try:
-        yield stats
-    finally:
-        _collector.exit(stats, ident)
+    """Kept for code written for thread-attributed stats: the request's scope counts anywhere."""
+    yield stats

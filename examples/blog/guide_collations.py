@@ -1,4 +1,4 @@
-"""The collation example of the SQL guides (docs/guides/20-mysql.rst, 21-sqlite.rst).
+"""The collation example of the SQL guides (docs/guides: 20-mysql, 21-sqlite, 24-postgres).
 
 A key finds the rows the database considers equal to it, under the column's
 collation: 'ADA' finds 'ada' in a case-insensitive column, and 'ADA' and 'ada'
@@ -6,6 +6,7 @@ in one batch both find it. db.query() matches in Python, so it does not.
 
 python examples/blog/guide_collations.py                      # SQLite only
 python examples/blog/guide_collations.py mysql://root@127.0.0.1:3306/test
+python examples/blog/guide_collations.py postgresql://postgres@127.0.0.1:5432/test
 """
 
 import asyncio
@@ -15,7 +16,7 @@ import warnings
 from typing import Any
 
 import batchy
-from batchy_contrib.sql import mysql, sqlite
+from batchy_contrib.sql import mysql, postgres, sqlite
 
 warnings.filterwarnings("ignore", module="aiomysql")  # "Unknown table" on DROP IF EXISTS
 
@@ -42,15 +43,35 @@ async def main(db: Any, collation: str) -> None:
     print(f"{db.kind:6} one():  ", dict(zip(KEYS, server, strict=True)))
     print(f"{db.kind:6} query():", dict(zip(KEYS, python, strict=True)))
     await db.execute("DROP TABLE guide_names")
-    await db.close()
 
 
-async def both(path: str, url: str | None) -> None:
-    await main(sqlite.Database(path), "COLLATE NOCASE")  # ASCII case only
-    if url:  # case- and accent-insensitive
-        await main(await mysql.connect(url), "COLLATE utf8mb4_unicode_ci")
+async def on_postgres(url: str) -> None:
+    db = await postgres.connect(url)
+    # A nondeterministic ICU collation: strength 1 ignores case and accents.
+    await db.execute(
+        "CREATE COLLATION IF NOT EXISTS guide_ci_ai"
+        " (provider = icu, locale = 'und-u-ks-level1', deterministic = false)"
+    )
+    try:
+        await main(db, "COLLATE guide_ci_ai")
+    finally:
+        await db.execute("DROP COLLATION guide_ci_ai")
+        await db.close()
+
+
+async def every(path: str, urls: list[str]) -> None:
+    lite = sqlite.Database(path)
+    await main(lite, "COLLATE NOCASE")  # ASCII case only
+    await lite.close()
+    for url in urls:  # case- and accent-insensitive
+        if url.startswith("postgres"):
+            await on_postgres(url)
+        else:
+            db = await mysql.connect(url)
+            await main(db, "COLLATE utf8mb4_unicode_ci")
+            await db.close()
 
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(both(f"{tmp}/guide.db", sys.argv[1] if len(sys.argv) > 1 else None))
+        asyncio.run(every(f"{tmp}/guide.db", sys.argv[1:]))

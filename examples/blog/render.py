@@ -5,11 +5,14 @@
     python examples/blog/render.py        # SQLite in a temp dir, no server needed
     python examples/blog/render.py --mysql mysql://root@127.0.0.1:3306/test \
         --memcache 127.0.0.1:11211
+    python examples/blog/render.py --postgres postgresql://postgres@127.0.0.1:5432/test
 
 Queries are counted by the database, not by this script: on MySQL/MariaDB from
 the server's ``Questions`` status counter of each pool connection, on SQLite by
-SQLite's own trace callback (every statement it runs). memcached hits and
-misses come from memcached's ``stats``. Exits with status 1 if a render differs
+SQLite's own trace callback (every statement it runs), on PostgreSQL, which
+keeps no such counter, on the wire: the script talks to the server through a
+proxy (``pg_statements.py``) that counts the statements it receives.
+memcached hits and misses come from memcached's ``stats``. Exits with status 1 if a render differs
 from the naive page or batchy needs more than 4 queries or 3 rounds.
 """
 
@@ -64,6 +67,22 @@ async def open_db(args: argparse.Namespace) -> tuple[Any, Any, str]:
         db = await mysql.connect(args.mysql, minsize=4, maxsize=4)
         how = f"MariaDB/MySQL at {db.host}; queries = server's Questions counter"
         return db, db.questions, how
+    if args.postgres:
+        from urllib.parse import urlsplit
+
+        from pg_statements import StatementCounter
+
+        from batchy_contrib.sql import postgres
+
+        server = urlsplit(args.postgres)
+        counter = StatementCounter(server.hostname or "127.0.0.1", server.port or 5432)
+        db = await postgres.connect(counter.url(args.postgres), min_size=4, max_size=4)
+
+        async def received() -> int:
+            return counter.count
+
+        where = f"{server.hostname}:{server.port or 5432}"
+        return db, received, f"PostgreSQL at {where}; queries = statements received, on the wire"
     from batchy_contrib.sql import sqlite
 
     traced = SQLiteStatements()
@@ -168,6 +187,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--mysql", metavar="URL", help="e.g. mysql://root@127.0.0.1:3306/test")
+    where.add_argument(
+        "--postgres", metavar="URL", help="e.g. postgresql://postgres@127.0.0.1:5432/test"
+    )
     where.add_argument("--sqlite", metavar="PATH", help="SQLite file (default: a temp file)")
     parser.add_argument("--memcache", metavar="HOST:PORT", help="put memcached in front")
     parser.add_argument("--users", type=int, default=100)

@@ -1,4 +1,4 @@
-"""Fixtures for the data-source tests: a private MariaDB database, SQLite files, dead servers."""
+"""Fixtures for the data-source tests: private MariaDB and PostgreSQL databases, SQLite files, dead servers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from batchy_contrib.sql import mysql, sqlite
+from batchy_contrib.sql import mysql, postgres, sqlite
 
 HERE = Path(__file__).resolve().parent
 BLOG = HERE.parents[1] / "examples" / "blog"
@@ -18,7 +18,7 @@ for path in (HERE, BLOG):  # contrib_helpers, and the blog example's modules
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from contrib_helpers import Blackhole, Statements  # noqa: E402
+from contrib_helpers import PG_HOST, PG_PORT, Blackhole, Statements, pg_url  # noqa: E402
 
 # One database per test session: tests of other sessions on the same server
 # (and the demo's blog_* tables in `test`) never see each other's tables.
@@ -44,6 +44,54 @@ def _mysql_database() -> Iterator[str]:
         conn.close()
 
 
+#: The PostgreSQL session database's own case-insensitive collations (ICU, nondeterministic):
+#: case only, and case and accents.
+PG_SETUP = [
+    "CREATE EXTENSION IF NOT EXISTS citext",
+    "CREATE COLLATION batchy_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+    "CREATE COLLATION batchy_ci_ai (provider = icu, locale = 'und-u-ks-level1', deterministic = false)",
+]
+
+
+@pytest.fixture(scope="session")
+def _postgres_database() -> Iterator[str]:
+    """The session's PostgreSQL database (the same name as MariaDB's), dropped at the end."""
+    import psycopg
+
+    try:
+        admin = psycopg.connect(
+            f"postgresql://postgres@{PG_HOST}:{PG_PORT}/postgres",
+            autocommit=True,
+            connect_timeout=2,
+        )
+    except psycopg.OperationalError:
+        yield DATABASE  # the `postgres_server` fixture skips or fails the test
+        return
+    with admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {DATABASE}")
+        with psycopg.connect(pg_url(DATABASE, counted=False), autocommit=True) as conn:
+            for statement in PG_SETUP:
+                conn.execute(statement)
+        try:
+            yield DATABASE
+        finally:
+            admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+
+
+@pytest.fixture
+def postgres_url(postgres_server: tuple[str, int], _postgres_database: str) -> str:
+    """The session database, through the proxy that counts the statements the server receives."""
+    return pg_url(_postgres_database)
+
+
+@pytest.fixture
+async def postgres_db(postgres_url: str) -> AsyncIterator[postgres.Database]:
+    db = await postgres.connect(postgres_url, max_size=4)
+    yield db
+    await db.close()
+
+
 @pytest.fixture
 def mysql_url(mariadb: tuple[str, int], _mysql_database: str) -> str:
     host, port = mariadb
@@ -64,11 +112,13 @@ async def sqlite_db(tmp_path: Path) -> AsyncIterator[sqlite.Database]:
     await db.close()
 
 
-@pytest.fixture(params=["sqlite", "mysql"])
+@pytest.fixture(params=["sqlite", "mysql", "postgres"])
 async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-    """The same tests on both backends: they must behave alike."""
+    """The same tests on every backend: they must behave alike."""
     if request.param == "sqlite":
         database: Any = sqlite.Database(str(tmp_path / "test.db"), trace=Statements())
+    elif request.param == "postgres":
+        database = await postgres.connect(request.getfixturevalue("postgres_url"), max_size=4)
     else:
         url = request.getfixturevalue("mysql_url")
         database = await mysql.connect(url, minsize=1, maxsize=4)

@@ -5,7 +5,27 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from batchy_contrib.sql import mysql
+from pg_statements import StatementCounter
+
+from batchy_contrib.sql import mysql, postgres
+
+#: The PostgreSQL server of the tests, and the proxy in front of it that counts the
+#: statements it receives (started on first use; one per test session).
+PG_HOST, PG_PORT = "127.0.0.1", 5432
+_PG_COUNTER: list[StatementCounter] = []
+
+
+def pg_counter() -> StatementCounter:
+    if not _PG_COUNTER:
+        _PG_COUNTER.append(StatementCounter(PG_HOST, PG_PORT))
+    return _PG_COUNTER[0]
+
+
+def pg_url(database: str, *, counted: bool = True, **options: str) -> str:
+    """A URL of the test server's ``database``, through the counting proxy unless not ``counted``."""
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    url = f"postgresql://postgres@{PG_HOST}:{PG_PORT}/{database}" + (f"?{query}" if query else "")
+    return pg_counter().url(url) if counted else url
 
 
 class Statements:
@@ -26,6 +46,9 @@ async def statements(db: Any) -> int:
     """Statements the database has run so far, counted by the database itself."""
     if isinstance(db, mysql.Database):
         return await db.questions()
+    if isinstance(db, postgres.Database):  # through the proxy: what the server received
+        assert db.host.endswith(f":{pg_counter().port}"), f"{db.host} is not behind the proxy"
+        return pg_counter().count
     return int(db.trace.count)
 
 

@@ -15,15 +15,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pymysql
-from contrib_helpers import statements
+from contrib_helpers import PG_HOST, PG_PORT, statements
 
 import batchy
 from batchy.testing import record
-from batchy_contrib.sql import mysql
+from batchy_contrib.sql import mysql, postgres
 
 # The session's private database (tests/contrib/conftest.py: DATABASE), which the
-# mysql_url fixture creates; the module-level database below needs its name at import.
+# mysql_url and postgres_url fixtures create; module-level databases need its name at import.
 MODULE_DATABASE = f"batchy_contrib_{os.getpid()}"
 
 
@@ -67,11 +68,13 @@ def group(i: int) -> list[int]:
 
 def open_pools(db: Any) -> int:
     """Event loops that hold a pool of ``db`` (SQLite has none: its threads serve any loop)."""
-    return len(db._per_loop) if isinstance(db, mysql.Database) else 0
+    return len(db._per_loop) if isinstance(db, (mysql.Database, postgres.Database)) else 0
 
 
 def server_connections(db: Any) -> int:
-    """Connections MariaDB lists to the session's database (0 for SQLite), closed ones gone."""
+    """Connections the server lists to the session's database (0 for SQLite), closed ones gone."""
+    if isinstance(db, postgres.Database):
+        return _postgres_connections()
     if not isinstance(db, mysql.Database):
         return 0
     host, _, port = db.host.rpartition(":")
@@ -90,6 +93,20 @@ def server_connections(db: Any) -> int:
             time.sleep(0.05)
     finally:
         conn.close()
+
+
+def _postgres_connections() -> int:
+    url = f"postgresql://postgres@{PG_HOST}:{PG_PORT}/postgres"
+    with psycopg.connect(url, autocommit=True, connect_timeout=2) as conn:
+        deadline = time.monotonic() + 3  # the server lists a closed connection briefly
+        while True:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = %s", [MODULE_DATABASE]
+            ).fetchone()
+            count = int(row[0]) if row else 0
+            if count == 0 or time.monotonic() > deadline:
+                return count
+            time.sleep(0.05)
 
 
 class _Collect(logging.Handler):

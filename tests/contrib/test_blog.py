@@ -120,6 +120,23 @@ def test_the_demo_runs_on_sqlite(tmp_path: Path) -> None:
     assert "queries = SQLite's trace callback" in out.stdout
 
 
+def test_the_demo_runs_on_postgres(postgres_server: Any, _postgres_database: str) -> None:
+    script = Path(blog_views.__file__).with_name("render.py")
+    url = f"postgresql://postgres@{postgres_server[0]}:{postgres_server[1]}/{_postgres_database}"
+    out = subprocess.run(
+        [sys.executable, str(script), "--postgres", url, "--posts", "10", "--seed"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line}
+    assert lines["naive"][1] == str(10 * (2 + 2 * 20))
+    assert lines["batchy"][1:3] == ["4", "3"]
+    assert "queries = statements received, on the wire" in out.stdout
+
+
 def test_the_seed_script_takes_sizes(tmp_path: Path) -> None:
     script = Path(blog_views.__file__).with_name("blog_seed.py")
     path = tmp_path / "seed.db"

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import blog_views
+from contrib_helpers import pg_counter
 
 HERE = Path(blog_views.__file__).parent
 
@@ -38,6 +39,23 @@ def test_mysql_guide(mysql_url: str) -> None:
         "statements the server received: 1",
         "None",
     ]
+
+
+def test_postgres_guide(postgres_url: str) -> None:
+    before = pg_counter().count
+    assert run("guide_postgres.py", postgres_url).splitlines() == [
+        "['hello ada', 'hello bob', 'no user 3']",
+        "keys per call: [[1, 2, 3]]",
+        "None",
+        "{'id': 2, 'name': 'bob'}",
+        "KeyEncodingError two",
+    ]
+    # What the server received for the loaders: one statement per batch (the three
+    # greetings, the name, "2", "two"), each with its keys as one array parameter.
+    sent = pg_counter().sent[-(pg_counter().count - before) :]
+    loads = [s for s in sent if s.sql.startswith("SELECT k.batchy__pos - 1")]
+    assert [s.params for s in loads] == [1, 1, 1, 1]
+    assert all("FROM unnest(COALESCE($1, ARRAY(SELECT t0." in s.sql for s in loads)
 
 
 def test_cache_guide(memcached: tuple[str, int]) -> None:

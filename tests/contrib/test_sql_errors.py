@@ -13,7 +13,7 @@ import pytest
 from contrib_helpers import closed_port
 
 import batchy
-from batchy_contrib.sql import mysql, sqlite
+from batchy_contrib.sql import mysql, postgres, sqlite
 from batchy_contrib.sql.mysql import (
     ConnectionLostError,
     DataSourceError,
@@ -237,6 +237,7 @@ def test_every_error_is_a_data_source_error() -> None:
         cls = getattr(_source, name)
         assert issubclass(cls, DataSourceError) and issubclass(cls, batchy.LoaderError)
         assert getattr(mysql, name, cls) is cls and getattr(sqlite, name) is cls
+        assert getattr(postgres, name, cls) is cls
 
 
 async def test_an_sqlite_statement_interrupted_by_someone_else(tmp_path: Path) -> None:
@@ -281,3 +282,165 @@ async def test_a_literal_percent_in_a_mysql_query_says_to_double_it(
         "SELECT id FROM items WHERE label LIKE 'o%%' AND id IN {keys}", key="id"
     )
     assert await load(doubled, 1, 2) == [{"id": 1}, None]
+
+
+# -- PostgreSQL ------------------------------------------------------------------------
+
+
+async def backend_pid(db: postgres.Database) -> int:
+    (row,) = await db.fetch("SELECT pg_backend_pid() AS pid")
+    return int(row["pid"])
+
+
+async def admin(url: str, sql: str) -> None:
+    other = await postgres.connect(url, max_size=1)
+    try:
+        await other.fetch(sql)
+    finally:
+        await other.close()
+
+
+async def test_pg_cancel_backend_is_an_interruption_and_keeps_the_connection(
+    postgres_url: str,
+) -> None:
+    db = await postgres.connect(postgres_url, max_size=1)
+    await make_items(db)
+    pid = await backend_pid(db)
+    slow = db.query(
+        "SELECT id, pg_sleep(5) AS z FROM items WHERE id IN {keys}", key="id", name="slow"
+    )
+    started = time.monotonic()
+    task = asyncio.ensure_future(load(slow, 1))
+    await asyncio.sleep(0.3)
+    await admin(postgres_url, f"SELECT pg_cancel_backend({pid})")
+    with pytest.raises(QueryInterruptedError) as info:
+        await task
+    assert time.monotonic() - started < 3
+    assert str(info.value) == (
+        f"loader 'slow' had its query interrupted by PostgreSQL at {db.host} (QueryCanceled: "
+        "canceling statement due to user request) while loading keys [1]: it was cancelled "
+        "on the server (pg_cancel_backend) or stopped by a time limit (statement_timeout, "
+        "lock_timeout). The connection is still good; retry the keys, or find out what "
+        "stopped the query."
+    )
+    assert await backend_pid(db) == pid  # the connection went back to the pool
+    await db.close()
+
+
+async def test_statement_timeout_is_an_interruption(postgres_url: str) -> None:
+    db = await postgres.connect(postgres_url + "&options=-cstatement_timeout%3D200", max_size=1)
+    await make_items(db)
+    slow = db.query(
+        "SELECT id, pg_sleep(2) AS z FROM items WHERE id IN {keys}", key="id", name="limited"
+    )
+    with pytest.raises(QueryInterruptedError, match=r"^loader 'limited' had its query interrupted"):
+        await load(slow, 1)
+    await db.close()
+
+
+async def test_a_terminated_connection_is_lost_and_discarded(postgres_url: str) -> None:
+    db = await postgres.connect(postgres_url, max_size=1)
+    await make_items(db)
+    pid = await backend_pid(db)
+    slow = db.query(
+        "SELECT id, pg_sleep(5) AS z FROM items WHERE id IN {keys}", key="id", name="slow"
+    )
+    task = asyncio.ensure_future(load(slow, 1))
+    await asyncio.sleep(0.3)
+    await admin(postgres_url, f"SELECT pg_terminate_backend({pid})")
+    with pytest.raises(ConnectionLostError) as info:
+        await task
+    assert str(info.value).startswith(
+        f"loader 'slow' cannot reach PostgreSQL at {db.host} (AdminShutdown: terminating "
+        "connection due to administrator command) while loading keys [1]. Check that the "
+        "server is running and reachable; the next call reconnects."
+    )
+    # The broken connection was closed, not pooled: the next call gets a new one.
+    assert await load(db.one("items"), 2) == [{"id": 2, "label": "two"}]
+    assert await backend_pid(db) != pid
+    await db.close()
+
+
+async def test_a_hung_postgres_server_is_a_timeout(blackhole_port: int) -> None:
+    db = postgres.Database.from_url(
+        f"postgresql://postgres@127.0.0.1:{blackhole_port}/test", timeout=0.3
+    )
+    with pytest.raises(QueryInterruptedError) as info:
+        await load(db.one("users"), 1)
+    assert str(info.value) == (
+        f"loader 'users_by_id' got no answer from PostgreSQL at 127.0.0.1:{blackhole_port} "
+        "within 0.3 s while loading keys [1]; the statement was cancelled. Check the server, "
+        "or raise timeout= if the query is slow."
+    )
+    await db.close()
+
+
+async def test_a_closed_postgres_port_is_a_lost_connection() -> None:
+    port = closed_port()
+    db = postgres.Database.from_url(f"postgresql://postgres@127.0.0.1:{port}/test")
+    with pytest.raises(ConnectionLostError) as info:
+        await load(db.one("users"), 1)
+    assert str(info.value).startswith(
+        f"loader 'users_by_id' cannot reach PostgreSQL at 127.0.0.1:{port} (OperationalError: "
+        "connection failed: "
+    )
+    assert str(info.value).endswith(
+        "while loading keys [1]. Check that the server is running and reachable; the next "
+        "call reconnects."
+    )
+
+
+async def test_a_closed_postgres_pool_says_it_was_closed(postgres_url: str) -> None:
+    db = await postgres.connect(postgres_url, max_size=1)
+    items = db.one("items")
+    await db.close()
+    with pytest.raises(ConnectionLostError) as info:
+        await load(items, 1)
+    assert str(info.value).startswith(f"loader 'items_by_id' cannot use PostgreSQL at {db.host} (")
+    assert str(info.value).endswith(
+        "): the database was closed before this call, while loading keys [1]. Close it only "
+        "after its last loader call, or open a new one."
+    )
+
+
+async def test_a_literal_percent_in_a_postgres_query_says_to_double_it(
+    postgres_db: postgres.Database,
+) -> None:
+    await make_items(postgres_db)
+    labels = postgres_db.query(
+        "SELECT id FROM items WHERE label LIKE 'o%' AND id IN {keys}", key="id", name="o_items"
+    )
+    with pytest.raises(batchy.LoaderError) as info:
+        await load(labels, 1)
+    assert str(info.value) == (
+        "loader 'o_items' raised UsageError: the statement \"SELECT id FROM items WHERE "
+        "label LIKE 'o%' AND id = ANY(%s)\" cannot take its keys (ProgrammingError: only "
+        "'%s', '%b', '%t' are allowed as placeholders, got '%''): the placeholder is %s, and "
+        "a literal % is written %% while loading keys [1]"
+    )
+    doubled = postgres_db.query(
+        "SELECT id FROM items WHERE label LIKE 'o%%' AND id IN {keys}", key="id"
+    )
+    assert await load(doubled, 1, 2) == [{"id": 1}, None]
+
+
+async def test_a_postgres_timeout_cancels_the_statement_and_keeps_the_connection(
+    postgres_url: str,
+) -> None:
+    db = await postgres.connect(postgres_url, max_size=1, timeout=0.5)
+    await make_items(db)
+    pid = await backend_pid(db)
+    slow = db.query(
+        "SELECT id, pg_sleep(3) AS z FROM items WHERE id IN {keys}", key="id", name="slow"
+    )
+    started = time.monotonic()
+    with pytest.raises(QueryInterruptedError) as info:
+        await load(slow, 1)
+    assert time.monotonic() - started < 2
+    assert str(info.value) == (
+        f"loader 'slow' got no answer from PostgreSQL at {db.host} within 0.5 s while loading "
+        "keys [1]; the statement was cancelled. Check the server, or raise timeout= if the "
+        "query is slow."
+    )
+    assert await backend_pid(db) == pid  # psycopg cancelled it on the server: still good
+    await db.close()

@@ -20,6 +20,10 @@ MYSQL = [
     "MySQL  one():   {'ADA': 1, 'ada': 1, 'trail': 2, 'zed': None}",
     "MySQL  query(): {'ADA': None, 'ada': 1, 'trail': None, 'zed': None}",
 ]
+POSTGRES = [
+    "PostgreSQL one():   {'ADA': 1, 'ada': 1, 'trail': 2, 'zed': None}",
+    "PostgreSQL query(): {'ADA': None, 'ada': 1, 'trail': None, 'zed': None}",
+]
 
 
 def run(*args: str) -> list[str]:
@@ -42,9 +46,14 @@ def test_collation_guide_on_sqlite_and_mariadb(mysql_url: str) -> None:
     assert run(mysql_url) == SQLITE + MYSQL
 
 
+def test_collation_guide_on_sqlite_and_postgres(postgres_url: str) -> None:
+    assert run(postgres_url) == SQLITE + POSTGRES
+
+
 def test_the_guides_show_the_examples_output() -> None:
     docs = Path(batchy_contrib.__file__).parents[1] / "docs" / "guides"
-    for guide, lines in (("20-mysql.rst", MYSQL), ("21-sqlite.rst", SQLITE)):
+    guides = (("20-mysql.rst", MYSQL), ("21-sqlite.rst", SQLITE), ("24-postgres.rst", POSTGRES))
+    for guide, lines in guides:
         text = (docs / guide).read_text()
         assert "guide_collations.py" in text
         for line in lines:

@@ -1,4 +1,8 @@
-"""A key the driver cannot bind fails alone; the batch's other keys are sent once (issue 13, section 3)."""
+"""A key the driver cannot bind fails alone; the batch's other keys are sent once (issue 13, section 3).
+
+On PostgreSQL, so does a key the server cannot read as the column's type
+(tests/contrib/test_sql_postgres.py).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,22 @@ PEOPLE = [(1, "ada"), (2, "bob"), (3, "cy")]
 ACCEPTED = {
     "MySQL": "None, int, float, str, bytes, Decimal, date, datetime, time or timedelta",
     "SQLite": "None, int, float, str or bytes (or a type given sqlite3.register_adapter)",
+    "PostgreSQL": (
+        "None, int, float, str, bytes, Decimal, UUID, date, datetime, time, timedelta or "
+        "another type psycopg adapts"
+    ),
 }
+#: Values of a type the driver binds that it still cannot encode, and the fix each backend states.
+REFUSED = {
+    "MySQL": ["a\udc80", float("nan")],
+    "SQLite": ["a\udc80", 2**70],
+    "PostgreSQL": ["a\udc80", "a\x00"],  # its text holds no NUL (a NaN is just text there)
+}
+ENCODE_HINT = {
+    "MySQL": "text without lone surrogates, finite numbers, integers of at most 64 bits on SQLite.",
+    "PostgreSQL": "text without NUL characters or lone surrogates.",
+}
+ENCODE_HINT["SQLite"] = ENCODE_HINT["MySQL"]
 
 
 async def make_people(db: Any) -> None:
@@ -110,7 +129,7 @@ async def test_keys_the_driver_refuses_fail_alone_and_the_rest_go_in_one_stateme
     await make_people(db)
     by_name = db.one("people", "name", columns=["id"])
     # Types the driver binds, values it cannot encode: found only by asking it.
-    refused = ["a\udc80"] + ([2**70] if db.kind == "SQLite" else [float("nan")])
+    refused = REFUSED[db.kind]
     before = await statements(db)
     *bad, ada = await load_all(by_name, [*refused, "ada"])
     assert await statements(db) - before == 1
@@ -123,8 +142,7 @@ async def test_keys_the_driver_refuses_fail_alone_and_the_rest_go_in_one_stateme
         )
         assert str(error).endswith(
             "). Only this key failed; the other keys of its batch were loaded. Pass a value "
-            "the driver can encode: text without lone surrogates, finite numbers, integers "
-            "of at most 64 bits on SQLite."
+            f"the driver can encode: {ENCODE_HINT[db.kind]}"
         )
         assert error.__cause__ is not None
 
@@ -187,7 +205,9 @@ def test_the_mysql_drivers_are_the_versions_pinned_and_tested() -> None:
 async def test_fetch_raises_the_drivers_own_error_for_a_bad_parameter(db: Any) -> None:
     await make_people(db)
     p = db.dialect.param
+    # psycopg sends a tuple as a record: it refuses an object() instead.
+    bad = object() if db.kind == "PostgreSQL" else (1, 2)
     with pytest.raises(Exception) as info:
-        await db.fetch(f"SELECT * FROM people WHERE id = {p}", [(1, 2)])
+        await db.fetch(f"SELECT * FROM people WHERE id = {p}", [bad])
     assert not isinstance(info.value, batchy.BatchyError)  # raw access: the driver's error
-    assert "tuple" in str(info.value)
+    assert type(bad).__name__ in str(info.value)

@@ -1,7 +1,7 @@
 """Databases declared at import time: the same module-level loaders in every kind of event loop.
 
-``mysql.Database.from_url`` and ``sqlite.Database``, against the real MariaDB
-and SQLite: a new loop per ``batchy.run`` (a Flask or Django view, also from
+``mysql.Database.from_url``, ``postgres.Database.from_url`` and
+``sqlite.Database``, against the real MariaDB, PostgreSQL and SQLite: a new loop per ``batchy.run`` (a Flask or Django view, also from
 several threads), one long-lived loop with concurrent requests (an ASGI app),
 a ``batchy.jobs`` worker, and pytest's async tests. The server sees one
 statement per loader per round, each loop's pool closes with its loop, and
@@ -23,9 +23,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-from contrib_helpers import Statements, statements
+from contrib_helpers import Statements, pg_url, statements
 from sql_lazy_helpers import (
     MODULE_DATABASE,
     Site,
@@ -39,20 +40,23 @@ from sql_lazy_helpers import (
 import batchy
 from batchy.jobs import MemoryBackend, Queue, Worker
 from batchy.testing import record
-from batchy_contrib.sql import mysql, sqlite
+from batchy_contrib.sql import mysql, postgres, sqlite
 
 
-@pytest.fixture(params=["sqlite", "mysql"])
+@pytest.fixture(params=["sqlite", "mysql", "postgres"])
 def lazy_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A database made as a module makes it: in sync code, with no event loop running."""
     if request.param == "sqlite":
         db: Any = sqlite.Database(str(tmp_path / "lazy.db"), trace=Statements())
         yield db
         db.close_now()
+        return
+    if request.param == "postgres":
+        db = postgres.Database.from_url(request.getfixturevalue("postgres_url"), max_size=4)
     else:
         db = mysql.Database.from_url(request.getfixturevalue("mysql_url"), maxsize=4)
-        yield db
-        assert open_pools(db) == 0, "a loop's pool outlived its loop"
+    yield db
+    assert open_pools(db) == 0, "a loop's pool outlived its loop"
 
 
 # -- 1. a new event loop per request: batchy.run in a Flask or Django view -----------
@@ -74,10 +78,38 @@ def test_flask_style_batchy_run_per_request(lazy_db: Any) -> None:
     assert server_connections(lazy_db) == 0
 
 
+def test_parallel_batches_per_request_need_connections_the_loop_then_closes(
+    lazy_db: Any,
+) -> None:
+    # A round of two loaders runs on two connections: the second is made while the
+    # first is in use, just before the request's loop shuts down. (On psycopg_pool's
+    # pool, whose background task swallows the cancellation asyncio.run sends at
+    # shutdown, asyncio.run then waited forever.)
+    batchy.run(make_items(lazy_db))
+    site = Site(lazy_db)
+
+    async def page(i: int) -> tuple[Any, int]:
+        before = await statements(lazy_db)
+        async with batchy.scope():
+            got = await batchy.gather(site.items(i), site.groups(i % 5))
+        return got, await statements(lazy_db) - before
+
+    with quiet() as problems:
+        for i in range(5):
+            (item, siblings), sent = batchy.run(page(i))
+            assert item["id"] == i and [s["id"] for s in siblings] == group(i)
+            assert sent == 2
+            assert open_pools(lazy_db) == 0
+    assert problems == []
+    assert server_connections(lazy_db) == 0
+
+
 def test_flask_threads_each_with_their_own_loop(lazy_db: Any) -> None:
     batchy.run(make_items(lazy_db))
     site = Site(lazy_db)
-    sqlite_before = lazy_db.trace.count if isinstance(lazy_db, sqlite.Database) else 0
+    # SQLite's trace and the PostgreSQL proxy count for every thread at once: count the total.
+    total = isinstance(lazy_db, (sqlite.Database, postgres.Database))
+    total_before = batchy.run(statements(lazy_db)) if total else 0
 
     def request(n: int) -> tuple[list[Any], int]:  # a threaded server's worker thread
         page, sent, _ = batchy.run(site.counted([n, n + 1, n + 2]))
@@ -86,8 +118,8 @@ def test_flask_threads_each_with_their_own_loop(lazy_db: Any) -> None:
     with quiet() as problems, ThreadPoolExecutor(4) as threads:
         results = list(threads.map(request, range(12)))
     assert [page for page, _ in results] == [[group(n + j) for j in range(3)] for n in range(12)]
-    if isinstance(lazy_db, sqlite.Database):  # one trace for all threads: count the total
-        assert lazy_db.trace.count - sqlite_before == 24
+    if total:
+        assert batchy.run(statements(lazy_db)) - total_before == 24
     else:
         assert [sent for _, sent in results] == [2] * 12
     assert problems == []
@@ -199,6 +231,7 @@ def test_a_jobs_worker_uses_the_module_level_loaders(lazy_db: Any) -> None:
 _SQLITE_DIR = tempfile.mkdtemp(prefix="batchy-lazy-")
 MODULE_DBS: dict[str, Any] = {
     "mysql": mysql.Database.from_url(f"mysql://root@127.0.0.1:3306/{MODULE_DATABASE}", maxsize=4),
+    "postgres": postgres.Database.from_url(pg_url(MODULE_DATABASE), max_size=4),
     "sqlite": sqlite.Database(os.path.join(_SQLITE_DIR, "lazy.db"), trace=Statements()),
 }
 MODULE_SITES = {name: Site(db) for name, db in MODULE_DBS.items()}
@@ -213,18 +246,19 @@ def _module_sqlite() -> Iterator[None]:
 
 
 @pytest.mark.parametrize("run", [1, 2, 3])
-@pytest.mark.parametrize("store", ["sqlite", "mysql"])
+@pytest.mark.parametrize("store", ["sqlite", "mysql", "postgres"])
 async def test_module_level_loaders_in_async_tests(
     store: str, run: int, request: pytest.FixtureRequest
 ) -> None:
-    if store == "mysql":
-        assert request.getfixturevalue("mysql_url").endswith(f"/{MODULE_DATABASE}")
+    if store in ("mysql", "postgres"):
+        url = request.getfixturevalue(f"{store}_url")
+        assert urlsplit(url).path == f"/{MODULE_DATABASE}"
     db, site = MODULE_DBS[store], MODULE_SITES[store]
     await make_items(db)
     page, sent, rec = await site.counted([run, run + 5])
     assert page == [group(run), group(run + 5)]
     assert sent == 2 and rec.rounds == 2
-    if store == "mysql":
+    if store in ("mysql", "postgres"):
         assert open_pools(db) == 1  # this test's loop: earlier tests' loops took theirs along
         assert all(pool.closed for pool in EARLIER_POOLS)
         EARLIER_POOLS.append(db.pool)
@@ -262,9 +296,17 @@ def test_the_mysql_sync_guide(mysql_url: str) -> None:
     assert run_example("guide_sync_mysql.py", mysql_url) == SYNC_OUTPUT
 
 
+def test_the_postgres_sync_guide(postgres_url: str) -> None:
+    assert run_example("guide_sync_postgres.py", postgres_url) == SYNC_OUTPUT
+
+
 @pytest.mark.parametrize(
     ("guide", "example"),
-    [("20-mysql.rst", "guide_sync_mysql.py"), ("21-sqlite.rst", "guide_sync_sqlite.py")],
+    [
+        ("20-mysql.rst", "guide_sync_mysql.py"),
+        ("21-sqlite.rst", "guide_sync_sqlite.py"),
+        ("24-postgres.rst", "guide_sync_postgres.py"),
+    ],
 )
 def test_the_guides_show_the_sync_examples(guide: str, example: str) -> None:
     text = (EXAMPLES.parents[1] / "docs" / "guides" / guide).read_text()

@@ -20,43 +20,64 @@ from contrib_helpers import closed_port
 from sql_lazy_helpers import make_items, open_pools, quiet, server_connections
 
 import batchy
-from batchy_contrib.sql import mysql, sqlite
+from batchy_contrib.sql import mysql, postgres, sqlite
+
+#: Per store: its module, and the name of its driver's pool in messages.
+POOLED = {"mysql": (mysql, "aiomysql"), "postgres": (postgres, "psycopg")}
 
 
-def test_a_pool_made_under_asyncio_run_says_how_to_fix_it(mysql_url: str) -> None:
+def connect(store: str, url: str) -> Any:
+    """``store``'s connect(url) coroutine, with a pool of one connection."""
+    if store == "postgres":
+        return postgres.connect(url, max_size=1)
+    return mysql.connect(url, maxsize=1)
+
+
+@pytest.mark.parametrize("store", ["mysql", "postgres"])
+def test_a_pool_made_under_asyncio_run_says_how_to_fix_it(
+    store: str, request: pytest.FixtureRequest
+) -> None:
     # The old way: a pool made at startup with asyncio.run, then batchy.run per
     # request. Before from_url it failed with "RuntimeError: Event loop is closed",
     # reported as a failed query.
-    db = asyncio.run(mysql.connect(mysql_url, maxsize=2))
+    module, driver = POOLED[store]
+    db = asyncio.run(connect(store, request.getfixturevalue(f"{store}_url")))
     items = db.one("lazy_items")
     with quiet() as problems, pytest.raises(batchy.LoaderError) as info:
         batchy.run(items(1))
     assert "Event loop is closed" not in str(info.value)
+    name = module.__name__.rpartition(".")[2]
     assert str(info.value) == (
-        f"loader 'lazy_items_by_id' raised EventLoopError: the aiomysql pool for {db.host} "
-        "was made in an event loop that has closed since (asyncio.run(mysql.connect(...)) at "
+        f"loader 'lazy_items_by_id' raised EventLoopError: the {driver} pool for {db.host} "
+        f"was made in an event loop that has closed since (asyncio.run({name}.connect(...)) at "
         "startup, then batchy.run(...) per request?), and a connection works only in the loop "
-        "that opened it; declare the database with mysql.Database.from_url(url) instead of "
-        "mysql.connect(url): it opens a pool per event loop on first use and closes it with "
+        f"that opened it; declare the database with {name}.Database.from_url(url) instead of "
+        f"{name}.connect(url): it opens a pool per event loop on first use and closes it with "
         "its loop while loading keys [1]"
     )
     assert type(info.value.__cause__).__name__ == "EventLoopError"
-    assert isinstance(info.value.__cause__, mysql.EventLoopError)
+    assert isinstance(info.value.__cause__, module.EventLoopError)
     assert problems == []  # its sockets were closed, not left to warn when collected
 
 
-def test_a_pool_of_another_running_loop_is_refused(mysql_url: str) -> None:
+@pytest.mark.parametrize("store", ["mysql", "postgres"])
+def test_a_pool_of_another_running_loop_is_refused(
+    store: str, request: pytest.FixtureRequest
+) -> None:
+    module, driver = POOLED[store]
+    name = module.__name__.rpartition(".")[2]
+    url = request.getfixturevalue(f"{store}_url")
     home = asyncio.new_event_loop()
     thread = threading.Thread(target=home.run_forever)
     thread.start()
     try:
-        db = asyncio.run_coroutine_threadsafe(mysql.connect(mysql_url, maxsize=1), home).result()
-        with pytest.raises(mysql.EventLoopError) as info:
+        db = asyncio.run_coroutine_threadsafe(connect(store, url), home).result()
+        with pytest.raises(module.EventLoopError) as info:
             batchy.run(db.fetch("SELECT 1"))
         assert str(info.value).startswith(
-            f"the aiomysql pool for {db.host} was made in another event loop (another "
+            f"the {driver} pool for {db.host} was made in another event loop (another "
             "thread's, or one not running now), and a connection works only in the loop "
-            "that opened it; declare the database with mysql.Database.from_url(url)"
+            f"that opened it; declare the database with {name}.Database.from_url(url)"
         )
         asyncio.run_coroutine_threadsafe(db.close(), home).result()
     finally:
@@ -65,12 +86,14 @@ def test_a_pool_of_another_running_loop_is_refused(mysql_url: str) -> None:
         home.close()
 
 
-@pytest.mark.parametrize("store", ["sqlite", "mysql"])
+@pytest.mark.parametrize("store", ["sqlite", "mysql", "postgres"])
 def test_with_no_event_loop_the_error_names_the_fix(
     store: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     if store == "sqlite":
         db: Any = sqlite.Database(str(tmp_path / "lazy.db"))
+    elif store == "postgres":
+        db = postgres.Database.from_url(request.getfixturevalue("postgres_url"))
     else:
         db = mysql.Database.from_url(request.getfixturevalue("mysql_url"))
     items = db.one("lazy_items")
@@ -80,7 +103,7 @@ def test_with_no_event_loop_the_error_names_the_fix(
     statement = db.fetch("SELECT 1")
     with pytest.raises(sqlite.EventLoopError) as info:
         statement.send(None)  # driven by hand: no asyncio loop runs it
-    where = f"MySQL database at {db.host}" if db.kind == "MySQL" else "SQLite database"
+    where = "SQLite database" if db.kind == "SQLite" else f"{db.kind} database at {db.host}"
     assert str(info.value).startswith(f"the {where}")
     assert str(info.value).endswith(
         "was used with no running asyncio event loop. From sync code (a Flask or Django "
@@ -92,8 +115,19 @@ def test_with_no_event_loop_the_error_names_the_fix(
         db.close_now()
 
 
-def test_a_loop_closed_by_hand_leaves_its_pool_to_the_next_loop(mysql_url: str) -> None:
-    db = mysql.Database.from_url(mysql_url, maxsize=2)
+def from_url(store: str, request: pytest.FixtureRequest, **options: Any) -> Any:
+    """``store``'s lazily connected database over the session database."""
+    url = request.getfixturevalue(f"{store}_url")
+    if store == "postgres":
+        return postgres.Database.from_url(url, **options)
+    return mysql.Database.from_url(url, **options)
+
+
+@pytest.mark.parametrize("store", ["mysql", "postgres"])
+def test_a_loop_closed_by_hand_leaves_its_pool_to_the_next_loop(
+    store: str, request: pytest.FixtureRequest
+) -> None:
+    db = from_url(store, request)
     loop = asyncio.new_event_loop()
     assert loop.run_until_complete(db.fetch("SELECT 1 AS one")) == [{"one": 1}]
     loop.close()  # without shutdown_asyncgens(): nothing closed the pool
@@ -105,19 +139,21 @@ def test_a_loop_closed_by_hand_leaves_its_pool_to_the_next_loop(mysql_url: str) 
     assert open_pools(db) == 0 and server_connections(db) == 0
 
 
+@pytest.mark.parametrize("store", ["mysql", "postgres"])
 async def test_concurrent_first_calls_open_one_pool(
-    mysql_url: str, monkeypatch: pytest.MonkeyPatch
+    store: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     opened = []
-    real = aiomysql.create_pool
+    module, name = (aiomysql, "create_pool") if store == "mysql" else (postgres, "open_pool")
+    real = getattr(module, name)
 
-    async def create_pool(**options: Any) -> Any:
+    async def open_pool(*args: Any, **options: Any) -> Any:
         opened.append(options)
         await asyncio.sleep(0.05)  # every loader of the round asks meanwhile
-        return await real(**options)
+        return await real(*args, **options)
 
-    monkeypatch.setattr(aiomysql, "create_pool", create_pool)
-    db = mysql.Database.from_url(mysql_url, maxsize=4)
+    monkeypatch.setattr(module, name, open_pool)
+    db = from_url(store, request)
     one, two = db.one("nope_one"), db.one("nope_two")
     async with batchy.scope():
         results = await batchy.gather(one(1), two(1), return_exceptions=True)
@@ -131,17 +167,34 @@ async def test_concurrent_first_calls_open_one_pool(
     await db.close()
 
 
-async def test_a_server_that_is_down_fails_each_call_and_the_next_one_retries() -> None:
+@pytest.mark.parametrize(
+    ("store", "url", "reason"),
+    [
+        (
+            "mysql",
+            "mysql://root@127.0.0.1:{port}/test",
+            "MySQL at 127.0.0.1:{port} (OperationalError: (2003, ",
+        ),
+        (
+            "postgres",
+            "postgresql://postgres@127.0.0.1:{port}/test",
+            "PostgreSQL at 127.0.0.1:{port} (OperationalError: connection failed: ",
+        ),
+    ],
+)
+async def test_a_server_that_is_down_fails_each_call_and_the_next_one_retries(
+    store: str, url: str, reason: str
+) -> None:
     port = closed_port()
-    db = mysql.Database.from_url(f"mysql://root@127.0.0.1:{port}/test", timeout=5)
+    module: Any = mysql if store == "mysql" else postgres
+    db = module.Database.from_url(url.format(port=port), timeout=5)
     users = db.one("users")
     for _ in range(2):
         with pytest.raises(mysql.ConnectionLostError) as info:
             async with batchy.scope():
                 await users(1)
         assert str(info.value).startswith(
-            f"loader 'users_by_id' cannot reach MySQL at 127.0.0.1:{port} (OperationalError: "
-            "(2003, "
+            f"loader 'users_by_id' cannot reach {reason.format(port=port)}"
         )
         assert open_pools(db) == 0  # nothing kept: the next call connects again
 
@@ -204,6 +257,29 @@ def test_from_url_checks_its_arguments_at_once(options: dict[str, Any], message:
     url = options.pop("url", "mysql://root@127.0.0.1:3306/test")
     with pytest.raises(batchy.UsageError, match=r"^mysql\.Database\.from_url\(\) ") as info:
         mysql.Database.from_url(url, **options)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"url": "mysql://x@y/z"},
+            "takes a URL like 'postgresql://user:password@host:5432/database', got 'mysql://x@y/z'",
+        ),
+        ({"min_size": 5, "max_size": 2}, "got min_size=5 above max_size=2: the pool would open"),
+        (
+            {"max_size": 0},
+            "needs min_size as an int >= 0 and max_size as an int >= 1, got min_size=1, max_size=0",
+        ),
+    ],
+)
+def test_postgres_from_url_checks_its_arguments_at_once(
+    options: dict[str, Any], message: str
+) -> None:
+    url = options.pop("url", "postgresql://postgres@127.0.0.1:5432/test")
+    with pytest.raises(batchy.UsageError, match=r"^postgres\.Database\.from_url\(\) ") as info:
+        postgres.Database.from_url(url, **options)
     assert message in str(info.value)
 
 

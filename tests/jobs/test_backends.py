@@ -15,6 +15,7 @@ from batchy.jobs import (
     Envelope,
     JobEvent,
     JobHook,
+    JobNotFound,
     Outcome,
     Queue,
     Retry,
@@ -325,7 +326,8 @@ async def test_dead_jobs_can_be_retried_and_deleted(queue: Queue) -> None:
     assert (await a.status()).state == "done"
     assert await queue.delete_dead() == 1
     assert await queue.dead_jobs() == []
-    assert await queue.retry_dead(["missing"]) == 0
+    with pytest.raises(JobNotFound, match=r"job missing is not in .*nothing was retried"):
+        await queue.retry_dead(["missing"])
 
 
 async def test_unique_push_happens_once_per_key(queue: Queue) -> None:

@@ -11,13 +11,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 EXPECTED = {
+    "Activity",
+    "Admin",
     "ArgumentError",
+    "JobInfo",
+    "JobNotFound",
+    "JobPage",
+    "JobStateError",
+    "PeriodicInfo",
+    "ShardInfo",
+    "StoredJob",
     "Backend",
     "Backoff",
     "Claimed",
     "Claims",
     "ConfigError",
     "Cron",
+    "COUNTS_KEPT",
     "DEAD_MAX",
     "DEAD_MAX_AGE",
     "DEFAULT_RETRIES",

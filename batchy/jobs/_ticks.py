@@ -1,0 +1,73 @@
+"""Periodic ticks on one worker: when each periodic job is next due, and the envelopes of due ones.
+
+Every worker keeps this schedule; the store accepts each tick once across all of
+them, because a tick's envelope carries a unique key (job name + tick time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ._cron import Schedule
+from ._job import JobType
+from ._model import Envelope, Serializer, encode
+
+__all__ = ["PeriodicLike", "Ticks"]
+
+
+class PeriodicLike(Protocol):
+    """What ticking needs of a :class:`~batchy.jobs.Periodic`."""
+
+    @property
+    def job(self) -> JobType[[], Any]: ...
+    @property
+    def schedule(self) -> Schedule: ...
+
+
+class Ticks:
+    """The next tick of each of ``periodics`` on this worker, from its first look on."""
+
+    def __init__(self, periodics: Sequence[PeriodicLike], serializer: Serializer) -> None:
+        self.periodics = periodics
+        self.serializer = serializer
+        self._next: dict[str, float] = {}
+
+    def next_at(self) -> float | None:
+        """The Unix time of the earliest next tick, None before the first look (or none)."""
+        return min(self._next.values(), default=None)
+
+    def due(self, now: float) -> list[Envelope]:
+        """The envelopes of the ticks due at ``now``; the first look only sets the schedule.
+
+        A worker that starts does not replay the past, and one that stalled over
+        several ticks enqueues only the latest.
+        """
+        envelopes: list[Envelope] = []
+        for periodic in self.periodics:
+            name = periodic.job.name
+            due = self._next.get(name)
+            if due is None:
+                self._next[name] = periodic.schedule.next_after(now)
+                continue
+            if now < due:
+                continue
+            tick = due
+            for _ in range(100_000):  # a stalled worker enqueues only the latest tick
+                following = periodic.schedule.next_after(tick)
+                if following > now or following <= tick:
+                    break
+                tick = following
+            self._next[name] = periodic.schedule.next_after(tick)
+            message = periodic.job.call().message(now)
+            interval = periodic.schedule.next_after(tick) - tick
+            envelopes.append(
+                Envelope(
+                    message.id,
+                    message.queue,
+                    encode(message, self.serializer),
+                    unique=f"periodic:{name}:{tick:.6f}",
+                    unique_ttl=max(3600.0, 3 * interval),
+                )
+            )
+        return envelopes

@@ -1,0 +1,127 @@
+"""The dashboard's guards: the authentication hook before every request, and CSRF tokens on actions.
+
+- ``auth(request)`` runs before anything else, for every request (pages, static
+  files, actions): a falsy answer is a 403, and an ``HTTPException`` it raises
+  (a 401 asking for a password) is sent as it is. So when it is configured,
+  nothing is reachable without it.
+- Every action is a POST carrying a CSRF token: a random token per browser
+  session, kept in an HttpOnly, SameSite=Strict cookie signed with HMAC-SHA256
+  under the dashboard's secret, and repeated in each form. Another site can make
+  a browser send the cookie, but cannot read it to copy the token into a form,
+  nor forge a cookie without the secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import inspect
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["COOKIE", "Auth", "AuthGate", "Tokens", "safe_next"]
+
+#: The cookie that holds a browser's signed CSRF token.
+COOKIE = "batchy_dashboard_csrf"
+
+#: The authentication hook: given the request, whether it may proceed (or raise).
+Auth = Callable[[Request], bool | Awaitable[bool]]
+
+
+class Tokens:
+    """Per-session CSRF tokens, signed with ``secret``."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def _sign(self, token: str) -> str:
+        return hmac.new(self._secret, token.encode(), hashlib.sha256).hexdigest()
+
+    def cookie_token(self, request: Request) -> str | None:
+        """The token of the request's cookie, if its signature is ours."""
+        token, _, signature = request.cookies.get(COOKIE, "").partition(".")
+        if token and hmac.compare_digest(signature, self._sign(token)):
+            return token
+        return None
+
+    def token_for(self, request: Request) -> tuple[str, str | None]:
+        """The token the page's forms carry, and a cookie value to set when it is new."""
+        token = self.cookie_token(request)
+        if token is not None:
+            return token, None
+        token = secrets.token_urlsafe(24)
+        return token, f"{token}.{self._sign(token)}"
+
+    def check(self, request: Request, sent: str | None) -> str | None:
+        """Why a POST fails the CSRF check (None: it passes)."""
+        token = self.cookie_token(request)
+        if token is None:
+            return (
+                "the dashboard's CSRF cookie is missing or was not signed with this "
+                "dashboard's secret (a restart with a new random secret, or another "
+                "process of the same dashboard); reload the page and try again, and give "
+                "every process the same secret_key= (or $BATCHY_DASHBOARD_SECRET)"
+            )
+        if not sent or not hmac.compare_digest(sent, token):
+            return (
+                f"the form's CSRF token {_short(sent)} is not this browser session's; the "
+                "action must come from a form of this dashboard: reload the page and try again"
+            )
+        return None
+
+
+def _short(token: str | None) -> str:
+    if not token:
+        return "(none)"
+    return repr(token[:8] + "…") if len(token) > 8 else repr(token)
+
+
+class AuthGate:
+    """ASGI middleware: ``auth(request)`` decides each HTTP request before the dashboard sees it."""
+
+    def __init__(self, app: ASGIApp, auth: Auth) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        try:
+            answer: Any = self.auth(request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except HTTPException as refused:
+            response: Response = PlainTextResponse(
+                refused.detail, status_code=refused.status_code, headers=refused.headers
+            )
+            await response(scope, receive, send)
+            return
+        if not answer:
+            response = PlainTextResponse(
+                f"batchy dashboard: the auth hook {_name(self.auth)} refused "
+                f"{request.method} {request.url.path}; sign in as a user it allows, or "
+                "change the hook passed to create_app(auth=...)",
+                status_code=403,
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _name(fn: object) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def safe_next(target: str | None, home: str) -> str:
+    """``target`` if it is a path on this site (no scheme, no host), else ``home``."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return home
+    return target

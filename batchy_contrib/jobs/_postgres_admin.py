@@ -1,0 +1,247 @@
+"""What an operator reads and does in the PostgreSQL job store: pages of jobs, one job, actions.
+
+Pages are keyset pages on the store's indexes: each query seeks to the row after
+the cursor with a row comparison (``(due, seq) > (%s, %s)``, an index condition
+on ``jobs_ready``) and reads on in index order, so page 2 of a million queued
+jobs reads as few rows as page 1. Scheduled and retrying jobs share the ready
+index: a page reads at most ``page_budget`` rows of each queue, filters them
+here, and may end short with a cursor to go on from. Blocked jobs have a
+partial index of their own (``jobs_blocked``); dead and done jobs are read
+newest first on ``dead_died`` and ``results_expires``.
+
+An action is one transaction: it locks the rows of its ids (``FOR UPDATE``, so a
+claim skips them), checks every job's state, and changes all of them or none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from batchy.jobs import Backend, StoredJob
+
+from ._postgres_schema import Names
+
+__all__ = ["PostgresOperating"]
+
+Conn = psycopg.AsyncConnection[Any]
+Row = tuple[Any, ...]
+
+_JOB = "SELECT id, queue, payload, okey, state, due, retrying, owner, lease, seq FROM {s}.jobs"
+_DEAD = "SELECT id, queue, payload, okey, reason, traceback, died FROM {s}.dead"
+_DONE = "SELECT id, result, expires FROM {s}.results"
+
+
+def _job(row: Row, now: float, shift: float) -> StoredJob:
+    job_id, queue, payload, key, state, due, retrying, owner, lease, _ = row
+    if state == 1:
+        return StoredJob(job_id, queue, "running", payload, key, due + shift, owner, lease + shift)
+    if state == 2:
+        name = "blocked"
+    elif due > now:
+        name = "retrying" if retrying else "scheduled"
+    else:
+        name = "queued"
+    return StoredJob(job_id, queue, name, payload or "", key, due + shift)
+
+
+def _dead(row: Row, shift: float) -> StoredJob:
+    job_id, queue, payload, key, reason, traceback, died = row
+    return StoredJob(
+        job_id, queue, "dead", payload, key, reason=reason, traceback=traceback,
+        died_at=died + shift,
+    )  # fmt: skip
+
+
+def _done(row: Row, shift: float) -> StoredJob:
+    return StoredJob(row[0], "", "done", result=row[1], expires=row[2] + shift)
+
+
+async def _rows(conn: Conn, sql: str, params: Sequence[Any]) -> list[Row]:
+    rows: list[Row] = await (await conn.execute(sql, params)).fetchall()
+    return rows
+
+
+class PostgresOperating:
+    """The operating methods of :class:`PostgresBackend` (a mixin: see the module's docstring)."""
+
+    names: Names
+    #: Rows a page reads at most per queue beyond the page.
+    page_budget = 500
+
+    async def pool(self) -> AsyncConnectionPool[Any]:
+        raise NotImplementedError  # the store's own
+
+    async def list_jobs(
+        self,
+        state: str,
+        now: float,
+        *,
+        queue: str | None = None,
+        key: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> tuple[list[StoredJob], str | None]:
+        async with (await self.pool()).connection() as conn:
+            (t,) = (await _rows(conn, self.names.sql("SELECT {s}.clock()"), ()))[0]
+            return await self._list(conn, state, t, now - t, queue, key, after, limit)
+
+    async def _list(
+        self,
+        conn: Conn,
+        state: str,
+        t: float,
+        shift: float,
+        queue: str | None,
+        key: str | None,
+        after: str | None,
+        limit: int,
+    ) -> tuple[list[StoredJob], str | None]:
+        s = self.names.sql
+        budget = max(self.page_budget, limit + 1)
+        tag = state + "@key" if key is not None and state not in ("dead", "done") else state
+        size = {"queued": 3, "running": 1, "blocked": 1}.get(state, 2) if tag == state else 1
+        c = None if after is None else Backend.read_cursor(after, tag, size, self)
+
+        def keep(job: StoredJob) -> bool:
+            return job.state == state and (queue is None or job.queue == queue)
+
+        if state == "done":
+            where = "expires >= %s" + (" AND (expires, id) < (%s, %s)" if c else "")
+            sql = s(f"{_DONE} WHERE {where} ORDER BY expires DESC, id DESC LIMIT %s")
+            rows = await _rows(conn, sql, [t, *(c or ()), limit + 1])
+            found = [(_done(r, shift), [r[2], r[0]]) for r in rows]
+            return Backend.cut_page(found, lambda j: True, limit, False, state)
+        if state == "dead":
+            conds: list[str] = ["true"]
+            values: list[Any] = []
+            for column, value in (("queue", queue), ("okey", key)):
+                if value is not None:
+                    conds, values = [*conds, f"{column} = %s"], [*values, value]
+            if c:
+                conds, values = [*conds, "(died, id) < (%s, %s)"], [*values, *c]
+            sql = s(f"{_DEAD} WHERE {' AND '.join(conds)} ORDER BY died DESC, id DESC LIMIT %s")
+            rows = await _rows(conn, sql, [*values, limit + 1])
+            found = [(_dead(r, shift), [r[6], r[0]]) for r in rows]
+            return Backend.cut_page(found, lambda j: True, limit, False, state)
+        if key is not None or state in ("running", "blocked"):
+            if key is not None:  # every state of one key, in push order (jobs_okey)
+                where, args, order = "okey = %s AND seq > %s", [key, c[0] if c else -1], "seq"
+            elif state == "running":
+                where, args, order = "state = 1 AND id > %s", [c[0] if c else ""], "id"
+            else:
+                where, args, order = "state = 2 AND seq > %s", [c[0] if c else -1], "seq"
+            sql = s(f"{_JOB} WHERE {where} ORDER BY {order} LIMIT %s")
+            rows = await _rows(conn, sql, [*args, budget])
+            at = 0 if order == "id" else 9
+            found = [(_job(r, t, shift), [r[at]]) for r in rows]
+            return Backend.cut_page(found, keep, limit, len(rows) == budget, tag)
+        names = [queue] if queue is not None else [
+            r[0] for r in await _rows(conn, s("SELECT name FROM {s}.queues ORDER BY name"), ())
+        ]  # fmt: skip
+        if state == "queued":
+            return await self._queued(conn, names, t, shift, c, limit)
+        parts = []
+        for name in names:
+            # A page's worth at a time, until the queue has a page of its own or is
+            # done, or ``budget`` rows were read (scheduled and retrying interleave).
+            got: list[tuple[StoredJob, list[Any]]] = []
+            start, kept, cut = c, 0, False
+            while True:
+                where = "queue = %s AND state = 0 AND due > %s"
+                where += " AND (due, seq) > (%s, %s)" if start else ""
+                sql = s(f"{_JOB} WHERE {where} ORDER BY due, seq LIMIT %s")
+                rows = await _rows(conn, sql, [name, t, *(start or ()), limit + 1])
+                read = [(_job(r, t, shift), [r[5], r[9]]) for r in rows]
+                got += read
+                kept += sum(1 for j, _ in read if keep(j))
+                cut = len(rows) == limit + 1
+                if not cut or kept > limit or len(got) >= budget:
+                    break
+                start = got[-1][1]
+            parts.append((got, cut))
+        return Backend.merge_pages(parts, keep, limit, state)
+
+    async def _queued(
+        self, conn: Conn, names: list[str], t: float, shift: float, c: Any, limit: int
+    ) -> tuple[list[StoredJob], str | None]:
+        """Queued jobs queue by queue (by name), each in claim order ``(due, seq)``."""
+        found: list[tuple[StoredJob, list[Any]]] = []
+        for name in names:
+            if c is not None and name < c[0]:
+                continue
+            start = c[1:] if c is not None and name == c[0] else None
+            where = "queue = %s AND state = 0 AND due <= %s"
+            where += " AND (due, seq) > (%s, %s)" if start else ""
+            sql = self.names.sql(f"{_JOB} WHERE {where} ORDER BY due, seq LIMIT %s")
+            rows = await _rows(conn, sql, [name, t, *(start or ()), limit + 1 - len(found)])
+            found += [(_job(r, t, shift), [name, r[5], r[9]]) for r in rows]
+            if len(found) > limit:
+                break
+        return Backend.cut_page(found, lambda j: True, limit, False, "queued")
+
+    async def job(self, job_id: str, now: float) -> StoredJob | None:
+        s = self.names.sql
+        async with (await self.pool()).connection() as conn:
+            (t,) = (await _rows(conn, s("SELECT {s}.clock()"), ()))[0]
+            rows = await _rows(conn, s(f"{_JOB} WHERE id = %s"), [job_id])
+            if rows:
+                return _job(rows[0], t, now - t)
+            rows = await _rows(conn, s(f"{_DEAD} WHERE id = %s"), [job_id])
+            if rows:
+                return _dead(rows[0], now - t)
+            rows = await _rows(conn, s(f"{_DONE} WHERE id = %s AND expires >= %s"), [job_id, t])
+            return _done(rows[0], now - t) if rows else None
+
+    async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
+        s = self.names.sql
+        chosen = list(ids)
+        async with (await self.pool()).connection() as conn, conn.transaction():
+            (t,) = (await _rows(conn, s("SELECT {s}.clock()"), ()))[0]
+            # Ordering keys first, as every step does (see lock_keys), then the rows.
+            await conn.execute(
+                s("SELECT {s}.lock_keys(ARRAY(SELECT okey FROM {s}.jobs WHERE id = ANY(%s) "
+                  "UNION SELECT okey FROM {s}.dead WHERE id = ANY(%s)))"),
+                (chosen, chosen),
+            )  # fmt: skip
+            rows = await _rows(conn, s(f"{_JOB} WHERE id = ANY(%s) FOR UPDATE"), [chosen])
+            states = {r[0]: _job(r, t, 0.0).state for r in rows}
+            queues = {r[0]: r[1] for r in rows}
+            dead = await _rows(conn, s("SELECT id FROM {s}.dead WHERE id = ANY(%s)"), [chosen])
+            for (job_id,) in dead:
+                states.setdefault(job_id, "dead")
+            refused = Backend.refusals(states, action, chosen)
+            if refused:
+                return refused
+            await self._apply(conn, action, chosen, t, {queues[i] for i in chosen if i in queues})
+        return {}
+
+    async def _apply(
+        self, conn: Conn, action: str, ids: list[str], t: float, queues: set[str]
+    ) -> None:
+        s = self.names.sql
+        if action == "delete":
+            keys = await _rows(
+                conn, s("DELETE FROM {s}.jobs WHERE id = ANY(%s) RETURNING okey"), [ids]
+            )
+            gone = [k for (k,) in keys if k is not None]
+            if gone:  # a key's head left: its next job becomes the head
+                await conn.execute(s("SELECT {s}.advance(%s::text[], %s)"), (gone, t))
+        elif action == "run_now":
+            await conn.execute(s("UPDATE {s}.jobs SET due = %s WHERE id = ANY(%s)"), (t, ids))
+            for queue in sorted(queues):
+                await conn.execute(s("SELECT {s}.wake(%s, false)"), (queue,))
+        elif action == "cancel":
+            await conn.execute(
+                s("INSERT INTO {s}.cancels SELECT id, owner, token FROM {s}.jobs "
+                  "WHERE id = ANY(%s) ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, "
+                  "token = excluded.token"),
+                (ids,),
+            )  # fmt: skip
+        elif action == "retry_dead":
+            await conn.execute(s("SELECT {s}.retry_dead(%s::text[])"), (ids,))
+        elif action == "delete_dead":
+            await conn.execute(s("DELETE FROM {s}.dead WHERE id = ANY(%s)"), (ids,))

@@ -1,0 +1,332 @@
+"""What an operator reads and does in the Redis job store: pages of jobs, one job, actions.
+
+Every listing walks a structure the store keeps anyway, from the cursor on, and
+never scans the keyspace: a queue's list (``LRANGE`` from the cursor's place,
+found again with ``LINDEX``, or ``LPOS`` within the places before it when the
+list moved), the ``sched``, ``retry``, ``leases`` and ``dead`` sorted sets and
+``results`` (kept results by expiry, written by the cycle) from the cursor's
+rank, an ordering key's list, and for blocked jobs the ``okey`` hash with
+``HSCAN``. A call examines at most ``budget`` entries beyond the page: filters
+the structure does not index (a queue among scheduled jobs) may end a page
+short, with a cursor to go on from. Deleting a queued job is an ``LREM`` on its
+queue's list, which reads the list up to the job: the price of keeping queues
+as lists, which make every claim O(1).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from batchy.jobs import Backend, StoredJob
+
+from ._redis_scripts import LIB
+
+__all__ = ["RedisOperating"]
+
+# Where a job is, and its record, as the listings and actions read it.
+_WHERE = r"""
+local function where(id)
+  if redis.call('HEXISTS', p..'jobs', id) == 0 then
+    if redis.call('ZSCORE', p..'dead', id) then return 'dead', '', nil end
+    return nil
+  end
+  local q = qof(id) or ''
+  local key = redis.call('HGET', p..'okey', id)
+  if redis.call('ZSCORE', p..'leases', id) then return 'running', q, key end
+  if redis.call('ZSCORE', p..'retry', id) then return 'retrying', q, key end
+  if redis.call('ZSCORE', p..'sched', id) then return 'scheduled', q, key end
+  if key and redis.call('LINDEX', p..'k:'..key, 0) ~= id then return 'blocked', q, key end
+  return 'queued', q, key
+end
+local function record(id)
+  local state, q, key = where(id)
+  if not state then return nil end
+  if state == 'dead' then
+    return {'dead', id, redis.call('HGET', p..'deadinfo', id), redis.call('ZSCORE', p..'dead', id)}
+  end
+  local m = redis.call('HGET', p..'meta', id) or '\t0'
+  local due, worker, lease = string.sub(m, string.find(m, '\t', 1, true) + 1), '', '0'
+  if state == 'retrying' or state == 'scheduled' then
+    due = redis.call('ZSCORE', p..(state == 'retrying' and 'retry' or 'sched'), id)
+  elseif state == 'running' then
+    lease = redis.call('ZSCORE', p..'leases', id)
+    local tok = redis.call('HGET', p..'owner', id) or ''
+    local at = string.find(tok, '@', 1, true)
+    if at then worker = string.sub(tok, at + 1) end
+  end
+  return {'job', id, q, state, redis.call('HGET', p..'jobs', id), key or '', due, worker, lease}
+end
+local function done_record(id)
+  local result = redis.call('GET', p..'result:'..id)
+  if not result then return nil end
+  local expires = redis.call('ZSCORE', p..'results', id)
+  if not expires then  -- kept before results were indexed: its expiry from its TTL
+    expires = string.format('%.6f', clock() + redis.call('PTTL', p..'result:'..id) / 1000)
+  end
+  return {'done', id, result, expires}
+end
+"""
+
+# ARGV: prefix, state, queue, key, limit, budget, cursor (3 values, '' for none).
+# Returns {rows, cursor (empty: the last page), Redis's clock}.
+LIST = (
+    LIB
+    + _WHERE
+    + r"""
+local state, queue, key = ARGV[2], ARGV[3], ARGV[4]
+local limit, budget = tonumber(ARGV[5]), tonumber(ARGV[6])
+local c1, c2, c3 = ARGV[7], ARGV[8], ARGV[9]
+local rows, marks, examined, lastmark, cut = {}, {}, 0, nil, false
+-- One examined entry, with the cursor that resumes after it; `r` false or nil
+-- when it is not listed. The page is full at limit + 1 (that one only says there
+-- is more), and the call is done at `budget` entries examined.
+local function take(r, mark)
+  examined, lastmark = examined + 1, mark
+  if r and (queue == '' or r[1] ~= 'job' or r[3] == queue) then
+    rows[#rows+1] = r; marks[#marks+1] = mark
+  end
+  return #rows > limit or examined >= budget
+end
+local function only(r, wanted)
+  if r and r[1] == 'job' and r[4] ~= wanted then return false end
+  return r
+end
+-- The place after the cursor (c2 its index, c3 its id) in list `l`: where it was,
+-- or among the places before it (claims took the list's head), or the start.
+local function resume(l)
+  if c2 == '' then return 0 end
+  local idx = tonumber(c2)
+  if redis.call('LINDEX', l, idx) == c3 then return idx + 1 end
+  local pos = redis.call('LPOS', l, c3, 'MAXLEN', idx + 1)
+  return pos and pos + 1 or 0
+end
+if key ~= '' and state ~= 'dead' and state ~= 'done' then
+  -- Every state of one key, in push order, from the key's own list.
+  local l = p..'k:'..key
+  local start = resume(l)
+  for i, id in ipairs(redis.call('LRANGE', l, start, start + budget - 1)) do
+    if take(only(record(id), state), {'', tostring(start + i - 1), id}) then break end
+  end
+elseif state == 'queued' then
+  local names = {queue}
+  if queue == '' then names = redis.call('SMEMBERS', p..'queues'); table.sort(names) end
+  for _, q in ipairs(names) do
+    if c1 == '' or q >= c1 then
+      local l = p..'q:'..q
+      local start = (q == c1) and resume(l) or 0
+      local full = false
+      for i, id in ipairs(redis.call('LRANGE', l, start, start + limit - #rows)) do
+        full = take(record(id), {q, tostring(start + i - 1), id})
+        if full then break end
+      end
+      if full then break end
+    end
+  end
+elseif state == 'scheduled' or state == 'retrying' or state == 'dead' or state == 'done' then
+  local z = p..({scheduled = 'sched', retrying = 'retry', dead = 'dead', done = 'results'})[state]
+  local desc = state == 'dead' or state == 'done'
+  local found
+  local rank = c2 ~= '' and redis.call(desc and 'ZREVRANK' or 'ZRANK', z, c2)
+  if c2 == '' or (rank and redis.call('ZSCORE', z, c2) == c1) then
+    local from = rank and rank + 1 or 0
+    found = redis.call(desc and 'ZREVRANGE' or 'ZRANGE', z, from, from + budget - 1, 'WITHSCORES')
+  else
+    -- The cursor's member left: from its score on (c3 of those already passed
+    -- over), past the members before it at its score.
+    local skip, c = tonumber(c3 == '' and '0' or c3), tonumber(c1)
+    local by = desc and 'ZREVRANGEBYSCORE' or 'ZRANGEBYSCORE'
+    local all = redis.call(by, z, c1, desc and '-inf' or '+inf', 'WITHSCORES',
+                           'LIMIT', skip, budget)
+    found = {}
+    for i = 1, #all, 2 do
+      local s, m = tonumber(all[i + 1]), all[i]
+      if s ~= c or (desc and m < c2) or (not desc and m > c2) then
+        found[#found+1] = m; found[#found+1] = all[i + 1]
+      end
+    end
+    cut = #all == 2 * budget  -- a full read: more may follow
+    if #found == 0 and cut then lastmark = {c1, c2, tostring(skip + budget)} end
+  end
+  for i = 1, #found, 2 do
+    local id, r = found[i], nil
+    if state == 'done' then r = done_record(id) else r = only(record(id), state) end
+    if r and state == 'dead' and r[1] == 'dead' and (queue ~= '' or key ~= '') then
+      local d = cjson.decode(r[3])
+      if (queue ~= '' and d.queue ~= queue) or (key ~= '' and d.key ~= key) then r = false end
+    end
+    if take(r, {found[i + 1], id, ''}) then break end
+  end
+elseif state == 'running' then
+  local ids = redis.call('ZRANGE', p..'leases', 0, -1)  -- as many as jobs run: few
+  table.sort(ids)
+  for _, id in ipairs(ids) do
+    if (c1 == '' or id > c1) and take(record(id), {id, '', ''}) then break end
+  end
+elseif state == 'blocked' then
+  -- Keyed jobs by HSCAN of okey: c1 the scan's cursor, c2 how many of its batch
+  -- were examined already.
+  local cursor, skip = (c1 == '' and '0' or c1), tonumber(c2 == '' and '0' or c2)
+  repeat
+    local batch = redis.call('HSCAN', p..'okey', cursor, 'COUNT', budget)
+    local full = false
+    for i = 1, #batch[2], 2 do
+      if (i + 1) / 2 > skip then
+        full = take(only(record(batch[2][i]), 'blocked'), {cursor, tostring((i + 1) / 2), ''})
+        if full then break end
+      end
+    end
+    if full then break end
+    cursor, skip = batch[1], 0
+    lastmark = {cursor, '0', ''}
+  until cursor == '0' or examined >= budget
+  if lastmark and lastmark[1] == '0' and lastmark[2] == '0' then lastmark = nil end
+end
+local nxt = {}
+if #rows > limit then
+  nxt = marks[limit]
+  rows[limit + 1], marks[limit + 1] = nil, nil
+elseif (examined >= budget or cut) and lastmark then
+  nxt = lastmark
+end
+return {rows, marks, nxt, string.format('%.6f', clock())}
+"""
+)
+
+# ARGV: prefix, id. Returns {record or empty, Redis's clock}.
+JOB = (
+    LIB
+    + _WHERE
+    + r"""
+local id = ARGV[2]
+local r = record(ARGV[2]) or done_record(ARGV[2]) or {}
+return {r, string.format('%.6f', clock())}
+"""
+)
+
+# ARGV: prefix, action, the states it applies to (comma-separated), ids. All or
+# none: returns the refused ids with their states, and changed nothing if any.
+ACT = (
+    LIB
+    + _WHERE
+    + r"""
+local action, allowed = ARGV[2], ',' .. ARGV[3] .. ','
+local refused, found = {}, {}
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local state, q, key = where(id)
+  if not state and redis.call('EXISTS', p..'result:'..id) == 1 then state = 'done' end
+  state = state or 'unknown'
+  if not string.find(allowed, ',' .. state .. ',', 1, true) then
+    refused[#refused+1] = id; refused[#refused+1] = state
+  end
+  found[id] = {state, q}
+end
+-- The dead set's actions are the store's dead_move, once nothing was refused.
+if #refused > 0 or action == 'retry_dead' or action == 'delete_dead' then return refused end
+local now = clock()
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local state, q = found[id][1], found[id][2]
+  if action == 'cancel' then
+    redis.call('HSET', p..'cancel', id, redis.call('HGET', p..'owner', id))
+  elseif action == 'run_now' then
+    redis.call('ZREM', p..'sched', id)
+    redis.call('ZREM', p..'retry', id)
+    ready(id, q, now, false)
+  elseif action == 'delete' then
+    if state == 'queued' then redis.call('LREM', p..'q:'..q, 1, id) end
+    redis.call('ZREM', p..'sched', id)
+    redis.call('ZREM', p..'retry', id)
+    redis.call('HDEL', p..'jobs', id)
+    redis.call('HDEL', p..'meta', id)
+    leave(id, now)  -- a key's head: its next job becomes the head
+  end
+end
+wake_left({})
+return refused
+"""
+)
+
+
+class RedisOperating:
+    """The operating methods of :class:`RedisBackend` (a mixin: see the module's docstring)."""
+
+    redis: aioredis.Redis
+    prefix: str
+    #: Entries a page examines at most beyond the page.
+    page_budget = 500
+
+    def _admin_script(self, name: str) -> Any:
+        scripts: dict[str, Any] | None = getattr(self, "_admin_scripts", None)
+        if scripts is None:
+            sources = {"list": LIST, "job": JOB, "act": ACT}
+            scripts = {n: self.redis.register_script(s) for n, s in sources.items()}
+            self._admin_scripts = scripts
+        return scripts[name]
+
+    async def list_jobs(
+        self,
+        state: str,
+        now: float,
+        *,
+        queue: str | None = None,
+        key: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> tuple[list[StoredJob], str | None]:
+        tag = state + "@key" if key is not None and state not in ("dead", "done") else state
+        cursor = ["", "", ""] if after is None else Backend.read_cursor(after, tag, 3, self)
+        budget = max(self.page_budget, limit + 1)
+        args = [self.prefix, state, queue or "", key or "", limit, budget, *cursor]
+        rows, marks, nxt, store_now = await self._admin_script("list")(keys=[], args=args)
+        shift = now - float(store_now)  # Redis's times are reported on the caller's clock
+        jobs = [
+            replace(self._record(r, shift), after=Backend.make_cursor(tag, mark))
+            for r, mark in zip(rows, marks, strict=True)
+        ]
+        return jobs, (Backend.make_cursor(tag, nxt) if nxt else None)
+
+    async def job(self, job_id: str, now: float) -> StoredJob | None:
+        row, store_now = await self._admin_script("job")(keys=[], args=[self.prefix, job_id])
+        return self._record(row, now - float(store_now)) if row else None
+
+    async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
+        allowed = ",".join(Backend.actions[action])
+        args = [self.prefix, action, allowed, *ids]
+        flat = await self._admin_script("act")(keys=[], args=args)
+        refused = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        if not refused and action == "retry_dead":
+            await self.retry_dead(ids, now)
+        elif not refused and action == "delete_dead":
+            await self.delete_dead(ids)
+        return refused
+
+    async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
+        raise NotImplementedError  # the store's own
+
+    async def delete_dead(self, ids: Sequence[str] | None) -> int:
+        raise NotImplementedError  # the store's own
+
+    @staticmethod
+    def _record(row: list[Any], shift: float) -> StoredJob:
+        kind, job_id = row[0], row[1]
+        if kind == "dead":
+            d = json.loads(row[2])
+            key = d.get("key") if isinstance(d.get("key"), str) else None
+            return StoredJob(
+                job_id, d["queue"], "dead", d["payload"], key, reason=d["reason"],
+                traceback=d["traceback"], died_at=float(row[3]) + shift,
+            )  # fmt: skip
+        if kind == "done":
+            return StoredJob(job_id, "", "done", result=row[2], expires=float(row[3]) + shift)
+        _, _, queue, state, payload, key, due, worker, lease = row
+        running = state == "running"
+        return StoredJob(
+            job_id, queue, state, payload or "", key or None, float(due) + shift,
+            worker or None if running else None, float(lease) + shift if running else 0.0,
+        )  # fmt: skip

@@ -1,0 +1,1 @@
+"""Watching batchy in production: OpenTelemetry traces (``otel``), Prometheus metrics."""

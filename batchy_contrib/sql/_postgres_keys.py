@@ -1,0 +1,124 @@
+"""How the PostgreSQL loaders send keys: one untyped array, and which keys fail to be read.
+
+Why untyped, as text: the server then reads each key as a value of the column
+it meets (``= ANY(%s)``, or the ``COALESCE`` of :mod:`._build`), exactly as it
+reads ``WHERE name = 'ADA'``: ``'7'`` finds 7 in an integer column, ``'ADA'``
+finds ``'ada'`` in a ``citext`` one, and keys of mixed Python types share one
+array. A typed array (psycopg's ``int2[]`` for small ints, ``text[]``) would
+instead be compared as its own type: ``text`` against ``citext`` is
+case-sensitive, ``smallint`` against ``varchar`` an error.
+
+Why one bad key fails alone: a key the driver cannot encode (text with NUL or
+a lone surrogate) stops the whole array before anything is sent, and a key the
+server cannot read as the column's type (``'x'`` for an integer column) fails
+the whole statement. :func:`unencodable` and :func:`unreadable` find those
+keys, so the loader fails only them and sends the others again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.adapt import PyFormat, Transformer
+
+__all__ = ["key_array", "unencodable", "unreadable"]
+
+#: psycopg's text dumper per key type (one instance each: they keep no state per value).
+_DUMPERS: dict[type, Any] = {}
+
+
+def key_text(key: Any) -> str | None:
+    """``key`` as the text the server reads (psycopg's own text form of its type)."""
+    kind = type(key)
+    if kind is str:
+        return key  # type: ignore[no-any-return]
+    if kind is int:
+        return str(key)
+    if key is None:
+        return None
+    if isinstance(key, uuid.UUID):
+        return str(key)  # psycopg writes 32 hex digits; a text column holds the dashed form
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(int(key))  # an IntEnum is its number, not its name
+    dumper = _DUMPERS.get(kind)
+    if dumper is None:
+        dumper = _DUMPERS[kind] = psycopg.adapters.get_dumper(kind, PyFormat.TEXT)(kind)
+    data = dumper.upgrade(key, PyFormat.TEXT).dump(key)
+    return None if data is None else bytes(data).decode()
+
+
+def key_array(keys: Sequence[Any]) -> str | list[str | None]:
+    """The one parameter of a loader statement: the keys as an untyped array.
+
+    Int keys (ids: most batches) are written as the array literal directly,
+    faster than psycopg quoting each element; other keys go as a list of
+    strings, which psycopg sends as an untyped array too.
+    """
+    if all(type(k) is int for k in keys):
+        return "{" + ",".join(map(str, keys)) + "}"
+    return [key_text(k) for k in keys]
+
+
+def client_side(error: BaseException) -> bool:
+    """True if ``error`` came from encoding the parameters, before anything was sent."""
+    if isinstance(error, psycopg.Error):
+        return error.sqlstate is None and not isinstance(
+            error, (psycopg.OperationalError, psycopg.InterfaceError)
+        )
+    return isinstance(error, (ValueError, TypeError))  # UnicodeEncodeError is a ValueError
+
+
+def unencodable(keys: Sequence[Any]) -> dict[int, BaseException]:
+    """The keys psycopg cannot encode, each tried alone, as psycopg encodes a parameter."""
+    bad: dict[int, BaseException] = {}
+    for i, k in enumerate(keys):
+        try:
+            Transformer().dump_sequence([key_array([k])], [PyFormat.AUTO])
+        except Exception as error:
+            bad[i] = error
+    return bad
+
+
+Rows = Callable[[str, Sequence[Any]], Awaitable[Any]]
+
+
+async def unreadable(rows: Rows, sql: str, keys: Sequence[Any]) -> dict[int, BaseException]:
+    """The keys the server cannot read as the type ``sql`` compares them with.
+
+    Each probe is ``sql`` under ``LIMIT 0``: the server reads the array when it
+    binds it, and then runs nothing. The first probe takes every key; if it
+    passes, the statement failed for another reason and nothing is returned.
+    Otherwise the keys are halved down to single keys, and a half whose sibling
+    passed is known to fail unprobed: about ``log2(n) + 2`` probes for one bad
+    key, on a path taken only when a statement already failed.
+    """
+    probe = f"SELECT 1 FROM ({sql}) AS batchy__probe LIMIT 0"
+    bad: dict[int, BaseException] = {}
+
+    async def fails(positions: list[int]) -> BaseException | None:
+        try:
+            await rows(probe, [key_array([keys[i] for i in positions])])
+        except psycopg.DataError as error:
+            if error.sqlstate is None:
+                raise
+            return error
+        return None
+
+    async def find(positions: list[int], failing: bool) -> bool:
+        """Note the bad keys among ``positions``; ``failing``: known to hold one."""
+        if not failing or len(positions) == 1:
+            error = await fails(positions)
+            if error is None:
+                return False
+            if len(positions) == 1:
+                bad[positions[0]] = error
+                return True
+        half = len(positions) // 2
+        left = await find(positions[:half], False)
+        return await find(positions[half:], not left) or left
+
+    await find(list(range(len(keys))), False)
+    return bad

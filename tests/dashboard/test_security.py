@@ -1,0 +1,260 @@
+"""The dashboard's guards: CSRF tokens on every action, read-only mode, the auth hook, mounting.
+
+Security does not depend on the store, so these run on the memory store; each
+refused request is checked against what the store still holds.
+"""
+
+from __future__ import annotations
+
+import html as htmllib
+import re
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from board_app import Board, Seeded, seed
+from dash_helpers import SECRET, csrf_of
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.routing import Mount
+
+from batchy.jobs import ConfigError, MemoryBackend, Queue
+from batchy_contrib.dashboard import DashboardError, create_app
+from batchy_contrib.dashboard._security import COOKIE, safe_next
+
+
+@pytest.fixture
+async def mem() -> AsyncIterator[tuple[Board, Seeded]]:
+    board = Board(Queue(MemoryBackend()))
+    yield board, await seed(board)
+
+
+def client_of(app: Starlette) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://dash")
+
+
+def error_of(page: httpx.Response) -> str:
+    found = re.search(r'<p class="error" role="alert">(.*?)</p>', page.text, re.S)
+    return htmllib.unescape(found.group(1)) if found else page.text
+
+
+async def still_dead(board: Board, seeded: Seeded) -> bool:
+    return all([(await board.queue.admin.job(i)).state == "dead" for i in seeded.dead])
+
+
+async def test_an_action_without_the_session_cookie_is_refused(mem) -> None:
+    board, seeded = mem
+    async with client_of(create_app(board.queue, secret_key=SECRET)) as c:
+        token = csrf_of((await c.get("/dead")).text)
+        c.cookies.clear()  # another site's form: the browser may send no cookie
+        page = await c.post("/actions/retry_dead", data={"csrf": token, "all": "1"})
+    assert page.status_code == 403
+    assert error_of(page).startswith(
+        "action 'retry_dead' refused, nothing changed: the dashboard's CSRF cookie is "
+        "missing or was not signed with this dashboard's secret"
+    )
+    assert await still_dead(board, seeded)
+
+
+async def test_an_action_with_another_token_is_refused(mem) -> None:
+    board, seeded = mem
+    async with client_of(create_app(board.queue, secret_key=SECRET)) as c:
+        await c.get("/dead")  # the cookie is set
+        page = await c.post("/actions/retry_dead", data={"csrf": "guessed-token", "all": "1"})
+        empty = await c.post("/actions/retry_dead", data={"all": "1"})
+    assert page.status_code == 403
+    assert "the form's CSRF token 'guessed-…' is not this browser session's" in error_of(page)
+    assert "the form's CSRF token (none) is not" in error_of(empty)
+    assert await still_dead(board, seeded)
+
+
+async def test_a_cookie_signed_with_another_secret_is_refused(mem) -> None:
+    board, seeded = mem
+    async with client_of(create_app(board.queue, secret_key="another secret, also long")) as c:
+        forged = (await c.get("/dead")).cookies[COOKIE]
+        token = forged.partition(".")[0]
+    async with client_of(create_app(board.queue, secret_key=SECRET)) as c:
+        c.cookies.set(COOKIE, forged)
+        page = await c.post("/actions/retry_dead", data={"csrf": token, "all": "1"})
+    assert page.status_code == 403 and "not signed with this dashboard's secret" in error_of(page)
+    assert await still_dead(board, seeded)
+
+
+async def test_the_cookie_is_http_only_and_same_site_strict(mem) -> None:
+    board, _ = mem
+    async with client_of(create_app(board.queue, secret_key=SECRET)) as c:
+        first = await c.get("/jobs")
+        again = await c.get("/dead")
+    header = first.headers["set-cookie"]
+    assert header.startswith(f"{COOKIE}=") and "HttpOnly" in header
+    assert "SameSite=strict" in header and "Path=/" in header
+    assert "set-cookie" not in again.headers  # one token per session
+    assert csrf_of(first.text) == csrf_of(again.text)
+
+
+async def test_read_only_shows_no_action_and_refuses_every_one(mem) -> None:
+    board, seeded = mem
+    app = create_app(board.queue, read_only=True, secret_key=SECRET)
+    async with client_of(app) as c:
+        for path in ("/", "/jobs", f"/jobs/{seeded.dead[0]}", "/dead", "/scheduled"):
+            page = await c.get(path)
+            assert page.status_code == 200, path
+            assert 'method="post"' not in page.text, path
+            assert "read-only" in page.text
+        token = c.cookies[COOKIE].partition(".")[0]  # a valid session token: still refused
+        for action in ("retry_dead", "delete_dead", "delete", "run_now", "cancel"):
+            page = await c.post(f"/actions/{action}", data={"csrf": token, "all": "1"})
+            assert page.status_code == 403, action
+            assert error_of(page).startswith(
+                f"this dashboard is read-only (create_app(read_only=True)), so {action!r} "
+                "was refused and nothing changed"
+            )
+    assert await still_dead(board, seeded)
+    assert (await board.queue.admin.job(seeded.queued[0])).state == "queued"
+
+
+async def test_the_auth_hook_decides_every_request(mem) -> None:
+    board, _ = mem
+    seen: list[str] = []
+
+    def auth(request: Request) -> bool:
+        seen.append(f"{request.method} {request.url.path}")
+        return request.headers.get("x-operator") == "ada"
+
+    async with client_of(create_app(board.queue, auth=auth, secret_key=SECRET)) as c:
+        for path in ("/", "/jobs", "/dead", "/static/dashboard.css", "/no/such/page"):
+            page = await c.get(path)
+            assert page.status_code == 403, path
+        assert page.text.startswith(
+            "batchy dashboard: the auth hook "
+            "test_the_auth_hook_decides_every_request.<locals>.auth refused GET /no/such/page"
+        )
+        page = await c.post("/actions/retry_dead", data={"all": "1"})
+        assert page.status_code == 403
+        c.headers["x-operator"] = "ada"
+        token = csrf_of((await c.get("/dead")).text)
+        page = await c.post("/actions/retry_dead", data={"csrf": token, "all": "1"})
+        assert page.status_code == 303
+    assert "POST /actions/retry_dead" in seen
+    assert (await board.queue.admin.info()).dead == 0
+
+
+async def test_the_auth_hook_may_be_async_and_may_ask_for_a_password(mem) -> None:
+    board, seeded = mem
+
+    async def auth(request: Request) -> bool:
+        if "authorization" not in request.headers:
+            raise HTTPException(401, "who are you?", headers={"WWW-Authenticate": "Basic"})
+        # Anybody signed in may look; only GETs, so no action for them.
+        return request.method == "GET"
+
+    async with client_of(create_app(board.queue, auth=auth, secret_key=SECRET)) as c:
+        page = await c.get("/")
+        assert page.status_code == 401 and page.headers["www-authenticate"] == "Basic"
+        c.headers["authorization"] = "Basic eDp5"
+        page = await c.get("/dead")
+        assert page.status_code == 200
+        page = await c.post("/actions/retry_dead", data={"csrf": csrf_of(page.text), "all": "1"})
+        assert page.status_code == 403
+    assert await still_dead(board, seeded)
+
+
+async def test_mounted_under_a_prefix(mem) -> None:
+    board, seeded = mem
+    app = Starlette(routes=[Mount("/ops/jobs", create_app(board.queue, secret_key=SECRET))])
+    async with client_of(app) as c:
+        page = await c.get("/ops/jobs/dead")
+        assert page.status_code == 200
+        assert 'href="/ops/jobs/static/dashboard.css"' in page.text
+        assert f'href="/ops/jobs/jobs/{seeded.dead[0]}"' in page.text
+        assert 'action="/ops/jobs/actions/retry_dead"' in page.text
+        assert "Path=/ops/jobs" in page.headers["set-cookie"]
+        assert (await c.get("/ops/jobs/static/dashboard.js")).status_code == 200
+        page = await c.post(
+            "/ops/jobs/actions/retry_dead",
+            data={"csrf": csrf_of(page.text), "id": seeded.dead[0], "next": "/ops/jobs/dead"},
+        )
+        assert page.headers["location"] == "/ops/jobs/dead?notice=retry_dead&n=1"
+    assert (await board.queue.admin.job(seeded.dead[0])).state == "queued"
+
+
+async def test_malformed_actions_are_refused(mem) -> None:
+    board, seeded = mem
+    async with client_of(create_app(board.queue, secret_key=SECRET)) as c:
+        token = csrf_of((await c.get("/dead")).text)
+        page = await c.post("/actions/explode", data={"csrf": token})
+        assert page.status_code == 404
+        assert error_of(page) == (
+            "there is no action 'explode'; the actions are delete, run_now, cancel, "
+            "retry_dead, delete_dead"
+        )
+        page = await c.post("/actions/retry_dead", json={"csrf": token, "all": "1"})
+        assert page.status_code == 415
+        assert error_of(page).startswith(
+            "action 'retry_dead' takes a form (application/x-www-form-urlencoded), not "
+            "application/json"
+        )
+        page = await c.post("/actions/retry_dead", data={"csrf": token})
+        assert page.status_code == 400
+        assert error_of(page).startswith("action 'retry_dead' was sent without a job id")
+        big = {"csrf": token, "id": ["x" * 100] * 3000}
+        page = await c.post("/actions/delete", data=big)
+        assert page.status_code == 413 and "more than 262144" in error_of(page)
+        page = await c.get("/actions/retry_dead")
+        assert page.status_code == 405  # actions are POSTs only
+    assert await still_dead(board, seeded)
+
+
+async def test_a_redirect_never_leaves_the_site(mem) -> None:
+    board, seeded = mem
+    async with client_of(create_app(board.queue, secret_key=SECRET)) as c:
+        token = csrf_of((await c.get("/dead")).text)
+        page = await c.post(
+            "/actions/retry_dead",
+            data={"csrf": token, "id": seeded.dead[0], "next": "https://evil.example/"},
+        )
+    assert page.headers["location"] == "/?notice=retry_dead&n=1"
+    assert safe_next("//evil.example/x", "/") == "/"
+    assert safe_next("/\\evil.example", "/") == "/"
+    assert safe_next("/dead?queue=a", "/") == "/dead?queue=a"
+
+
+def test_create_app_says_what_it_needs() -> None:
+    queue = Queue(MemoryBackend())
+    with pytest.raises(DashboardError) as error:
+        create_app("app:queue")  # type: ignore[arg-type]
+    assert str(error.value) == (
+        "create_app(queue='app:queue'): expected the batchy.jobs.Queue your jobs are "
+        "declared on (the one `batchy worker` is given)"
+    )
+    with pytest.raises(DashboardError) as error:
+        create_app(queue, auth="admin")  # type: ignore[arg-type]
+    assert str(error.value).startswith(
+        "create_app(auth='admin'): expected a callable taking the request and returning "
+        "whether it may proceed"
+    )
+    with pytest.raises(DashboardError) as error:
+        create_app(queue, secret_key="short")
+    assert str(error.value) == (
+        "create_app(secret_key=...): the key is 5 bytes long; a key that signs CSRF tokens "
+        "needs at least 16 (e.g. secrets.token_hex(32))"
+    )
+    with pytest.raises(DashboardError) as error:
+        create_app(queue, refresh=-1)
+    assert str(error.value).startswith("create_app(refresh=-1): expected seconds between")
+    assert issubclass(DashboardError, ConfigError)
+
+
+async def test_every_process_with_the_same_secret_accepts_the_token(
+    mem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    board, seeded = mem
+    monkeypatch.setenv("BATCHY_DASHBOARD_SECRET", SECRET)
+    async with client_of(create_app(board.queue)) as first:
+        page = await first.get("/dead")
+        cookie, token = page.cookies[COOKIE], csrf_of(page.text)
+    async with client_of(create_app(board.queue)) as second:  # another process, say
+        second.cookies.set(COOKIE, cookie)
+        page = await second.post("/actions/retry_dead", data={"csrf": token, "id": seeded.dead[0]})
+    assert page.status_code == 303

@@ -1,0 +1,153 @@
+"""Activity counters: what workers count per minute, what each store keeps, and reading it back."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+import batchy
+from batchy.jobs import COUNTS_KEPT, Activity, Backend, MemoryBackend, Queue
+from batchy.jobs._activity import Tally, minute_of
+
+from .conftest import fast_worker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_stores_sum_what_workers_add(backend: Backend) -> None:
+    now = time.time()
+    minute = minute_of(now)
+    assert await backend.read_counts(minute - 5, now) == {}
+    await backend.add_counts({(minute, "processed:default"): 3, (minute - 1, "calls:u"): 2}, now)
+    await backend.add_counts({(minute, "processed:default"): 4, (minute, "keys:u"): 9}, now)
+    assert await backend.read_counts(minute - 5, now) == {
+        (minute, "processed:default"): 7,
+        (minute - 1, "calls:u"): 2,
+        (minute, "keys:u"): 9,
+    }
+    assert await backend.read_counts(minute, now) == {
+        (minute, "processed:default"): 7,
+        (minute, "keys:u"): 9,
+    }
+
+
+async def test_stores_drop_minutes_no_dashboard_shows(backend: Backend) -> None:
+    now = time.time()
+    minute = minute_of(now)
+    old = minute - COUNTS_KEPT - 5
+    await backend.add_counts({(old, "processed:q"): 1, (minute - 3, "processed:q"): 2}, now)
+    await backend.add_counts({(minute, "processed:q"): 1}, now)
+    found = await backend.read_counts(old - 10, now)
+    assert (old, "processed:q") not in found
+    assert found[(minute - 3, "processed:q")] == 2
+
+
+async def test_a_worker_counts_jobs_rounds_and_the_calls_its_loaders_saw(queue: Queue) -> None:
+    calls: list[list[int]] = []
+
+    @batchy.batched(name="users")
+    async def users(ids: list[int]) -> list[dict[str, int]]:
+        calls.append(sorted(ids))
+        return [{"id": i, "team": i % 2} for i in ids]
+
+    @batchy.batched(name="teams")
+    async def teams(ids: list[int]) -> list[str]:
+        calls.append(sorted(ids))
+        return [f"team {i}" for i in ids]
+
+    @queue.job(name="welcome")
+    async def welcome(uid: int) -> str:
+        user = await users(uid)
+        return await teams(user["team"])
+
+    @queue.job(name="broken", retries=0)
+    async def broken() -> None:
+        raise ValueError("no")
+
+    await queue.enqueue_many([*(welcome.call(u) for u in range(20)), broken.call()])
+    worker = fast_worker(queue, burst=True, concurrency=50)
+    await worker.run()
+
+    # What the store received from the worker's last write, at its exit.
+    found = await queue.backend.read_counts(minute_of(time.time()) - 2, time.time())
+    totals: dict[str, int] = {}
+    for (_, name), n in found.items():
+        totals[name] = totals.get(name, 0) + n
+    assert totals == {
+        "processed:default": 21,
+        "failed:default": 1,
+        "jobs:welcome": 20,
+        "rounds:welcome": 40,  # two rounds each: the user, then the team
+        "jobs:broken": 1,
+        "rounds:broken": 0,
+        # One call per loader per round, as the loaders saw them, not one per job.
+        "calls:users": 1,
+        "keys:users": 20,
+        "calls:teams": 1,
+        "keys:teams": 2,
+    }
+    assert calls == [list(range(20)), [0, 1]]
+
+    activity = await Activity.read(queue.backend, minutes=3)
+    assert activity.total("processed") == 21
+    assert activity.labels("calls") == ["teams", "users"]
+    assert activity.ratio("rounds", "jobs", "welcome") == 2.0
+    assert sum(activity.series("keys", "users")) == 20
+    assert len(activity.series("keys", "users")) == 3
+    assert (
+        activity.as_dict()["series"]["calls:users"][-1]
+        + sum(activity.as_dict()["series"]["calls:users"][:-1])
+        == 1
+    )
+
+
+async def test_calls_without_a_job_of_the_worker_are_not_counted() -> None:
+    @batchy.batched
+    async def pages(ids: list[int]) -> list[int]:
+        return ids
+
+    tally = Tally()
+    with batchy.hooked(tally):
+        async with batchy.scope():  # a web request, say, in the worker's process
+            assert await pages(1) == 1
+    assert tally.take() == {}
+
+
+class FlakyCounts(MemoryBackend):
+    """A memory store whose first counter write fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 1
+
+    async def add_counts(self, counts, now):  # type: ignore[no-untyped-def]
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("store unreachable")
+        await super().add_counts(counts, now)
+
+
+async def test_a_failed_write_is_kept_for_the_next(caplog: pytest.LogCaptureFixture) -> None:
+    store = FlakyCounts()
+    tally = Tally()
+    minute = minute_of(time.time())
+    tally._add(minute, "processed:q", 2)
+    await tally.flush(store)  # fails: logged, kept
+    assert "activity counters not written" in caplog.text
+    tally._add(minute, "processed:q", 1)
+    await tally.flush(store)
+    assert await store.read_counts(minute, time.time()) == {(minute, "processed:q"): 3}
+    await tally.flush(store)  # nothing new: no write at all
+    assert await store.read_counts(minute, time.time()) == {(minute, "processed:q"): 3}
+
+
+def test_activity_reads_series_oldest_first() -> None:
+    activity = Activity(100, 3, {(100, "calls:a"): 1, (102, "calls:a"): 5, (101, "calls:b"): 2})
+    assert activity.series("calls", "a") == [1, 0, 5]
+    assert activity.sum_series("calls") == [1, 2, 5]
+    assert activity.total("calls", "b") == 2
+    assert activity.labels("calls") == ["a", "b"]
+    assert activity.ratio("keys", "calls", "a") == 0.0
+    assert math.isnan(activity.ratio("calls", "keys", "a"))  # nothing below: no ratio

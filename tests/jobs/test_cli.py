@@ -1,0 +1,230 @@
+"""The ``batchy`` commands an operator runs: info, jobs list|show|delete|run-now|cancel, dead.
+
+In this process on a SQLite app for what they print, and with a real worker process on
+SQLite, Redis and PostgreSQL for what needs one (live busy counts, cancelling a run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from batchy.__main__ import _parser, main
+
+from .test_processes import App, enqueue
+
+# The worker-process fixture (SQLite, Redis, PostgreSQL), under a name of its own here.
+from .test_processes import app as app_fixture  # noqa: F401
+
+pytestmark = pytest.mark.timeout(90)
+
+APP = """
+import asyncio
+from batchy.jobs import Queue
+
+queue = Queue({db!r})
+
+@queue.job(name="flaky", backoff=lambda n, e: 60.0)
+async def flaky(x: int) -> None:
+    raise ValueError(f"boom {{x}}")
+
+@queue.job(name="bad", retries=0)
+async def bad(x: int) -> None:
+    raise KeyError(x)
+
+@queue.job(name="ok")
+async def ok(x: int) -> int:
+    return x * 2
+"""
+
+
+class Cli:
+    """Runs ``batchy`` in this process on an app module of its own (``spec``)."""
+
+    def __init__(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        self.db = tmp_path / "jobs.db"
+        name = f"cliapp_{uuid.uuid4().hex[:8]}"
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(APP.format(db=str(self.db))))
+        self.spec = f"{name}:queue"
+        self.capsys = capsys
+
+    def __call__(self, *args: str) -> tuple[int, str, str]:
+        """``batchy`` with ``args``, the app spec put after the command's words."""
+        words = 2 if args[0] in ("jobs", "dead") else 1
+        self.capsys.readouterr()
+        try:
+            with pytest.raises(SystemExit) as done:
+                main([*args[:words], self.spec, *args[words:]])
+        finally:
+            # Each command closes the app's store, as the process it runs in would end.
+            sys.modules.pop(self.spec.split(":")[0], None)
+        out, err = self.capsys.readouterr()
+        code = done.value.code
+        return (code if isinstance(code, int) else 1), out, err
+
+
+@pytest.fixture
+def cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Cli]:
+    monkeypatch.chdir(tmp_path)
+    yield Cli(tmp_path, capsys)
+
+
+def ids_of(out: str) -> list[str]:
+    """The job ids of a listing (the first word of each job line)."""
+    return [line.split()[0] for line in out.splitlines() if len(line.split()[0]) == 32]
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub)
+                    if not any(c.dest == name for c in action._choices_actions):
+                        missing.append(f"command {name}")
+            elif action.dest != "help" and not action.help:
+                missing.append(f"{parser.prog} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(_parser())
+    assert missing == []
+
+
+def test_every_command_says_which_store(cli: Cli) -> None:
+    where = f"store: SQLite {cli.db}"
+    for command in (("info",), ("jobs", "list"), ("dead", "list")):
+        code, out, _ = cli(*command)
+        assert code == 0 and out.splitlines()[0] == where, (command, out)
+    code, out, err = cli("enqueue", "ok", "1")
+    assert code == 0 and len(out.strip()) == 32  # stdout: the id alone, for scripts
+    assert err.strip() == where
+
+
+def test_empty_lists_say_so(cli: Cli) -> None:
+    for state in ("queued", "scheduled", "retrying", "running", "blocked", "dead", "done"):
+        code, out, _ = cli("jobs", "list", "--state", state)
+        assert (code, out.splitlines()[1:]) == (0, [f"no {state} jobs"])
+    code, out, _ = cli("jobs", "list", "--queue", "mail", "--job", "ok")
+    assert out.splitlines()[1] == "no queued jobs in queue 'mail' of job type 'ok'"
+    assert cli("dead", "list")[1].splitlines()[1] == "no dead jobs"
+
+
+def test_jobs_list_pages_show_delete_and_run_now(cli: Cli) -> None:
+    made = [cli("enqueue", "ok", str(i))[1].strip() for i in range(5)]
+    later = cli("enqueue", "ok", "9", "--delay", "300")[1].strip()
+    code, out, _ = cli("jobs", "list", "--limit", "2")
+    assert code == 0 and ids_of(out) == made[:2]
+    assert out.splitlines()[1] == "queued jobs:"
+    seen = ids_of(out)
+    while "next page:" in out:
+        cursor = out.split("--after ")[1].split()[0]
+        out = cli("jobs", "list", "--limit", "2", "--after", cursor)[1]
+        seen += ids_of(out)
+    assert seen == made
+    code, out, _ = cli("jobs", "show", made[0])
+    assert code == 0
+    fields = dict(line.split(":", 1) for line in out.splitlines()[1:] if ":" in line)
+    assert fields["state"].strip() == "queued" and fields["job"].strip() == "ok"
+    assert fields["args"].strip() == "[0]"
+    assert cli("jobs", "delete", made[0], made[1]) == (
+        0,
+        f"store: SQLite {cli.db}\ndeleted 2 job(s)\n",
+        "",
+    )
+    code, out, _ = cli("jobs", "list", "--state", "scheduled")
+    assert ids_of(out) == [later] and re.search(r"  in (29\d\.\d|300\.0)s$", out.splitlines()[2])
+    assert cli("jobs", "run-now", later)[1].endswith("1 job(s) due now\n")
+    assert cli("jobs", "list", "--state", "scheduled")[1].splitlines()[1] == "no scheduled jobs"
+
+
+def test_errors_exit_2_and_say_what_to_do(cli: Cli) -> None:
+    queued = cli("enqueue", "ok", "1")[1].strip()
+    code, _, err = cli("jobs", "show", "nosuchid")
+    assert code == 2
+    assert err == (
+        f"batchy: error: job nosuchid is not in SQLite {cli.db}: it was never enqueued there, "
+        "or it finished and its result was not kept (or has expired); check the id, and the "
+        "store the app points at\n"
+    )
+    code, _, err = cli("jobs", "delete", queued, "nosuchid")
+    assert code == 2 and "job nosuchid is not in" in err and "nothing was deleted" in err
+    assert ids_of(cli("jobs", "list")[1]) == [queued]  # all or nothing
+    code, _, err = cli("jobs", "cancel", queued)
+    assert code == 2 and f"job {queued} is queued: it is not running; delete it instead" in err
+    code, _, err = cli("jobs", "run-now", queued)
+    assert code == 2 and "it already waits only for a free worker" in err
+    code, _, err = cli("jobs", "delete")
+    assert code == 2 and "`batchy jobs delete` needs job ids" in err
+    code, _, err = cli("jobs", "show")
+    assert code == 2 and "`batchy jobs show` takes one job id, got 0" in err
+    code, _, err = cli("dead", "retry", "nosuchid")
+    assert code == 2
+    assert f"batchy: error: job nosuchid is not in SQLite {cli.db}, so nothing was retried" in err
+    code, _, err = cli("dead", "retry")
+    assert code == 2 and "needs job ids, or --all, or --queue/--job" in err
+    code, _, err = cli("dead", "show", queued)
+    assert code == 2 and f"job {queued} is queued, not dead" in err
+    code, _, err = cli("jobs", "list", "--after", "bogus")
+    assert code == 2 and "page cursor 'bogus' was not made by" in err
+
+
+def test_retrying_and_dead_jobs_show_their_error_and_traceback(cli: Cli) -> None:
+    flaky = cli("enqueue", "flaky", "1")[1].strip()
+    bad = cli("enqueue", "bad", "2")[1].strip()
+    code = (
+        "import asyncio, sys\nsys.path.insert(0, '.')\nimport {m}\nfrom batchy.jobs import Worker\n"
+        "asyncio.run(Worker({m}.queue, burst=True, poll_interval=0.02).run())\n"
+    ).format(m=cli.spec.split(":")[0])
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    out = cli("jobs", "list", "--state", "retrying")[1]
+    assert ids_of(out) == [flaky] and "ValueError: boom 1" in out
+    out = cli("jobs", "show", flaky)[1]
+    assert "attempts:   1 failed" in out and "next run:" in out
+    assert 'raise ValueError(f"boom {x}")' in out.split("traceback:")[1]
+    out = cli("dead", "list")[1]
+    assert ids_of(out) == [bad] and "KeyError: 2 (failed 1 time(s); retries=0 exhausted)" in out
+    out = cli("dead", "show", bad)[1]
+    assert "state:      dead" in out and "raise KeyError(x)" in out.split("traceback:")[1]
+    assert cli("dead", "retry", "--job", "bad")[1].endswith("retried 1 dead job(s)\n")
+    assert ids_of(cli("jobs", "list")[1]) == [bad]
+
+
+def test_a_running_job_is_live_in_info_and_cancelled_from_the_cli(
+    app_fixture: App,  # noqa: F811
+) -> None:
+    app = app_fixture
+    # Heartbeats every 1000 s: a busy count, or a cancel, can only come from the store now.
+    worker = app.worker("--concurrency", "20", "--lease", "2000", "--heartbeat", "1000")
+    made = [enqueue(app, "slow", f'"s{i}"', "60") for i in range(4)]
+    app.wait_for("start", 4)
+    info = app.cli("info", "app_jobs:queue")
+    assert info.returncode == 0 and "busy=4/20" in info.stdout, info.stdout
+    running = app.cli("jobs", "list", "app_jobs:queue", "--state", "running").stdout
+    assert sorted(ids_of(running)) == sorted(made)
+    done = app.cli("jobs", "cancel", "app_jobs:queue", made[0])
+    assert done.returncode == 0, done.stderr
+    assert "cancel 1 job(s)" in done.stdout
+    deadline = time.monotonic() + 20
+    shown = ""
+    while "state:      cancelled" not in shown and time.monotonic() < deadline:
+        shown = app.cli("dead", "show", "app_jobs:queue", made[0]).stdout
+    assert "state:      cancelled" in shown, shown
+    assert "error:      cancelled by an operator" in shown and "CancelledError" in shown
+    assert (
+        "no retrying jobs"
+        in app.cli("jobs", "list", "app_jobs:queue", "--state", "retrying").stdout
+    )
+    assert f"job {made[0]} slow attempt 1 cancelled by an operator" in app.output(worker)
+    assert "busy=3/20" in app.cli("info", "app_jobs:queue").stdout
