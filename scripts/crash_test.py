@@ -215,6 +215,8 @@ class Report:
     listen_back: float = 0.0
     listen_not_back: int = 0
     notes: list[str] = field(default_factory=list)
+    #: What each order violation was (the first few are printed), to debug a failed run.
+    details: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -253,6 +255,8 @@ class Report:
                 ]
             ),
             *[f"  note: {n}" for n in self.notes],
+            *[f"  violation: {d}" for d in self.details[: min(self.violations, 10)]],
+            *[f"  {d}" for d in self.details[self.violations :]],
             f"  {'OK' if self.ok else 'FAILED'}",
         ]
 
@@ -494,21 +498,30 @@ def cut_by_pause(
 def overlaps(
     per_job: dict[tuple[int, int], list[tuple[str, int, float]]],
     pauses: list[tuple[int, float, float]],
-) -> int:
+) -> list[str]:
     """Runs of one key's jobs that overlap in time (finished runs no pause cut in two)."""
-    runs: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for (key, _), evs in per_job.items():
+    runs: dict[int, list[tuple[float, float, int, int]]] = defaultdict(list)
+    for (key, seq), evs in per_job.items():
         for pid in {p for _, p, _ in evs}:
             mine = [(k, ts) for k, p, ts in evs if p == pid]
             for (kind, start), (end_kind, end) in itertools.pairwise(mine):
                 cut = any(p == pid and start < stop < end for p, stop, _ in pauses)
                 if kind == "S" and end_kind in "DF" and not cut:
-                    runs[key].append((start, end))
-    found = 0
-    for spans in runs.values():
+                    runs[key].append((start, end, seq, pid))
+    found = []
+    for key, spans in runs.items():
         spans.sort()
-        found += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1])
+        found += [
+            f"key {key}: job {b[2]} ran on pid {b[3]} from {b[0]:.3f}, while job {a[2]} "
+            f"ran on pid {a[3]} ({a[0]:.3f} to {a[1]:.3f})"
+            for a, b in itertools.pairwise(spans)
+            if b[0] < a[1]
+        ]
     return found
+
+
+def describe(evs: list[tuple[str, int, float]]) -> str:
+    return ", ".join(f"{kind} pid {pid} {ts:.3f}" for kind, pid, ts in evs) or "no runs"
 
 
 def analyse(
@@ -563,14 +576,22 @@ def analyse(
         if seq == 0:
             continue
         before = first_done.get((key, seq - 1))
-        for kind, _, ts in evs:
+        for kind, pid, ts in evs:
             if kind == "S" and (before is None or ts < before):
-                report.violations += 1
+                report.details.append(
+                    f"key {key}: job {seq} started on pid {pid} at {ts:.3f}, before job "
+                    f"{seq - 1} first finished ({'never' if before is None else f'{before:.3f}'}); "
+                    f"job {seq - 1}: {describe(per_job.get((key, seq - 1), []))}"
+                )
         if before is not None and (key, seq) in first_done:
             gap = first_done[(key, seq)] - before
             if gap > report.stall:
                 report.stall, report.stall_key = gap, f"key {key}, job {seq}"
-    report.violations += overlaps(per_job, pauses)
+    report.details += overlaps(per_job, pauses)
+    report.violations = len(report.details)
+    if report.details:
+        report.details += [f"pid {pid} killed at {ts:.3f}" for pid, ts in kills]
+        report.details += [f"pid {pid} paused {a:.3f} to {b:.3f}" for pid, a, b in pauses]
     expected = set(range(settings.rows))
     report.rows_missed = len(expected - set(row_counts))
     report.rows_twice = sum(1 for n in row_counts.values() if n > 1)

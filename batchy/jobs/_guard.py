@@ -1,4 +1,4 @@
-"""Handlers as workers run them: a ``SystemExit`` or ``KeyboardInterrupt`` they raise is a failure.
+"""Handlers as workers run them: begun only under a live lease, their ``SystemExit`` a failure.
 
 The batchy engine lets those two leave the event loop, as asyncio does ("the
 process decides"). In a worker that would kill the process, leave its other jobs
@@ -6,6 +6,13 @@ leased, and let the poison job kill the next worker, forever. So the runner
 calls handlers through :func:`guard`, which carries them to it as an ordinary
 exception (:class:`Escaped`); the runner unwraps it and counts a failed attempt.
 A real shutdown never comes this way: the worker's signal handlers stop it.
+
+Why the lease is checked in the handler's first line: a worker paused (SIGSTOP,
+a blocked loop) between claiming a job and beginning its handler must not begin
+it once the store has given the job to another worker, or the two runs overlap
+(and, on an ordering key, the late run overlaps the key's next job). The runner
+checks too, but the engine begins a handler a loop step or more after that;
+here nothing runs between the check and the handler's own code.
 """
 
 from __future__ import annotations
@@ -15,7 +22,11 @@ import inspect
 from collections.abc import Callable, Generator
 from typing import Any, ParamSpec
 
-__all__ = ["Escaped", "guard"]
+import batchy
+
+from ._errors import LeaseLost
+
+__all__ = ["Escaped", "JobScope", "guard"]
 
 P = ParamSpec("P")
 
@@ -28,12 +39,30 @@ class Escaped(Exception):
         self.error = error
 
 
+class JobScope(batchy.Scope):
+    """The scope of one run of a job; ``fresh()`` is false once the worker's lease ran out."""
+
+    __slots__ = ("fresh",)
+
+    def __init__(self, name: str, fresh: Callable[[], bool] | None = None) -> None:
+        super().__init__(name)
+        self.fresh = fresh
+
+
+def _begin() -> None:
+    scope = batchy.current_scope()
+    if type(scope) is JobScope and scope.fresh is not None and not scope.fresh():
+        raise LeaseLost("the lease ran out before the handler began")
+
+
 def guard(fn: Callable[P, Any]) -> Callable[P, Any]:
-    """``fn`` (an ``async def`` or a generator function) with those two turned into Escaped."""
+    """``fn`` (an ``async def`` or a generator function) begun only while its run's lease
+    holds, and with those two turned into Escaped."""
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def guarded_coroutine(*args: P.args, **kwargs: P.kwargs) -> Any:
+            _begin()
             try:
                 return await fn(*args, **kwargs)
             except (SystemExit, KeyboardInterrupt) as error:
@@ -44,6 +73,7 @@ def guard(fn: Callable[P, Any]) -> Callable[P, Any]:
 
         @functools.wraps(fn)
         def guarded_generator(*args: P.args, **kwargs: P.kwargs) -> Generator[Any, Any, Any]:
+            _begin()
             try:
                 return (yield from fn(*args, **kwargs))
             except (SystemExit, KeyboardInterrupt) as error:

@@ -23,7 +23,7 @@ import batchy
 
 from ._errors import JobTimeout, LeaseLost, PayloadError, UnknownJobError
 from ._failure import cancelled, describe, failed
-from ._guard import Escaped
+from ._guard import Escaped, JobScope
 from ._handle import Running
 from ._hooks import JobEvent, emit, log
 from ._model import Claimed, Message, Outcome, decode
@@ -43,11 +43,13 @@ async def run_job(
     worker: str = "",
     lease: float = 30.0,
     cancel_requested: Callable[[], bool] | None = None,
+    fresh: Callable[[], bool] | None = None,
 ) -> Outcome | None:
     """Run ``claimed`` to an outcome; a cancelled job raises ``CancelledError`` (shutdown).
 
     ``None`` when the worker lost the job's lease and its handler stopped
-    (:class:`LeaseLost`): the job belongs to another worker, whose word counts.
+    (:class:`LeaseLost`), or when ``fresh()`` says the lease ran out before the
+    handler began: the job belongs to another worker, whose word counts.
     When ``cancel_requested()`` is true by the time the handler stops with an
     exception, an operator cancelled the run: the outcome is the dead set, marked
     cancelled, whatever the handler raised on its way out.
@@ -83,10 +85,15 @@ async def run_job(
             traceback="",
             token=claimed.token,
         )
+    # A worker paused (or a loop blocked) since the claim must not begin a run the
+    # store has given to another worker (see _guard, which checks again as the
+    # handler begins); checked here too, so such a run emits no events.
+    if fresh is not None and not fresh():
+        return None
     attempt = message.attempt + 1
     # Each job gets its own scope: loads batch with every other running job's,
     # but cached values never leak from one job to the next.
-    scope = batchy.Scope(f"job {message.id}")
+    scope = JobScope(f"job {message.id}", fresh)
     event = JobEvent(
         message.id,
         message.job,

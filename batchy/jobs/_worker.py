@@ -299,8 +299,10 @@ class Worker:
             self._leases.drop(claim)
             return
         cancel_requested = functools.partial(self._cancelled.__contains__, claim)
+        # Checked again at the task's first step: a pause may fall in between.
+        fresh = functools.partial(self._leases.fresh, claim)
         task = asyncio.create_task(
-            run_job(self.queue, job, self.hooks, self.id, self.lease, cancel_requested)
+            run_job(self.queue, job, self.hooks, self.id, self.lease, cancel_requested, fresh)
         )
         self._running[claim] = task
         task.add_done_callback(functools.partial(self._finished, claim))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from batchy.jobs import Backend, Envelope, Outcome, Queue, Worker, WorkerInfo
+from batchy.jobs import Backend, Envelope, JobEvent, JobHook, Outcome, Queue, Worker, WorkerInfo
 
 from .conftest import fast_worker
 
@@ -227,3 +227,87 @@ async def test_shutdown_releases_only_jobs_still_held(queue: Queue) -> None:
     assert await queue.backend.cycle([], ["default"], 1, "C", 5, time.time()) == []
     done = Outcome(handle.id, "done", queue="default", token=b_claim.token)
     assert (await queue.backend.cycle([done], [], 0, "B", 5, time.time())).refused == []
+
+
+async def test_a_run_whose_lease_ran_out_before_it_began_never_begins(
+    queue: Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A is paused after it starts a claimed job's task but before the task's first step.
+
+    Before the check at the run's first step, A's handler began after the pause,
+    when the store had already given the job to B: two runs of one job (and, on an
+    ordering key, a run beside the next job's), which the crash test caught on
+    PostgreSQL under load.
+    """
+    caplog.set_level(logging.WARNING, "batchy.jobs")
+    runs: list[str] = []
+
+    @queue.job(ordered_by="key")
+    async def step(key: int, seq: int) -> None:
+        runs.append(f"{key}/{seq}")
+
+    first = await step.enqueue(7, 1)
+    a = fast_worker(queue, lease=0.2, heartbeat=0.05, concurrency=1)
+    begin = a._start
+
+    def begin_then_pause(job: Any, sent: float) -> None:
+        begin(job, sent)
+        time.sleep(0.3)  # SIGSTOP here: the task exists, its first step has not run
+
+    a._start = begin_then_pause  # type: ignore[method-assign]
+    a_task = asyncio.create_task(a.run())
+    await asyncio.sleep(0.1)
+    a.stop()
+    await a_task
+    assert runs == []  # A never ran it: its lease had run out before the run began
+    (line,) = lost_lines(caplog)
+    assert f"lost job {first.id} (" in line and "its lease ran out before its run began" in line
+    b = fast_worker(queue)
+    b_task = asyncio.create_task(b.run())
+    await first.result(timeout=5)
+    b.stop()
+    await b_task
+    assert runs == ["7/1"]
+
+
+@pytest.mark.parametrize("shape", ["async", "generator"])
+async def test_a_pause_just_before_the_handler_begins_never_begins_it(
+    queue: Queue, caplog: pytest.LogCaptureFixture, shape: str
+) -> None:
+    """The pause falls after the run's first step (its job_started hooks), before the handler.
+
+    The engine begins a handler a loop step or more after the runner's first step;
+    the lease is checked again in the handler's first line.
+    """
+    caplog.set_level(logging.WARNING, "batchy.jobs")
+    runs: list[str] = []
+
+    if shape == "async":
+
+        @queue.job(name="pausing")
+        async def job() -> None:
+            runs.append("run")
+    else:
+
+        @queue.job(name="pausing")
+        def job() -> Any:
+            runs.append("run")
+            return (yield [])
+
+    paused: list[str] = []
+
+    class Pause(JobHook):
+        def job_started(self, event: JobEvent) -> None:
+            if not paused:
+                paused.append(event.id)
+                time.sleep(0.3)  # SIGSTOP here: the handler has not begun
+
+    handle = await job.enqueue()
+    a = fast_worker(queue, lease=0.2, heartbeat=0.05, concurrency=1, hooks=[Pause()])
+    a_task = asyncio.create_task(a.run())
+    await handle.result(timeout=5)  # the claim after the lost one runs it
+    a.stop()
+    await a_task
+    assert paused == [handle.id] and runs == ["run"]  # once, not also in the lost claim
+    (line,) = lost_lines(caplog)
+    assert f"lost job {handle.id} (" in line and "its lease ran out before its run began" in line
