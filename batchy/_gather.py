@@ -18,6 +18,7 @@ knows what a gather waits on.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import operator
 from collections.abc import Awaitable
@@ -248,11 +249,14 @@ class Gather(Future[Any]):
         # starts thousands); outside any scope, Task._activate gives each its own.
         task = _task_type if scope is not None else None
         started = 0
+        parent = sched.current
+        ctx = parent._ctx if parent is not None else contextvars.copy_context()
         leaf: Any  # a future, and where ``type(leaf) is task``, a Task
         for leaf in leaves:
             if type(leaf) is task and leaf._sched is None and leaf._state == PENDING:
                 leaf._sched = sched
                 leaf._scope = scope
+                leaf._ctx = ctx
                 enqueue(leaf)
                 started += 1
                 if leaf._waiters is None:  # as it should be: pending, nobody waits yet

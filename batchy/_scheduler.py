@@ -35,6 +35,7 @@ not flushed yet stay open for the next one.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import weakref
 from collections import deque
@@ -47,6 +48,8 @@ __all__ = ["Scheduler", "current_scheduler", "scheduler_for"]
 
 
 class Runnable(Protocol):
+    _ctx: contextvars.Context  # set when it starts, before it is first queued
+
     def _step(self) -> None: ...
 
     def _crash(self, error: Exception) -> None: ...
@@ -209,13 +212,12 @@ class Scheduler:
         ready = self._ready
         try:
             while True:
-                try:
-                    while ready:
-                        runnable = ready.popleft()
-                        runnable._step()
-                except Exception as error:  # see "What may never escape"
-                    runnable._crash(error)
-                    continue
+                while ready:
+                    # Each task runs in its tree's context: the context variables
+                    # of the request or job that started it, not of whoever woke
+                    # the scheduler. One Context.run per stretch of the queue.
+                    ctx = ready[0]._ctx
+                    ctx.run(self._step_all, ctx)
                 self.current = None
                 if not self._open:
                     self._deferred = 0
@@ -225,11 +227,23 @@ class Scheduler:
                     self._schedule()
                     return
                 self._deferred = 0
+                # In the context that woke the scheduler, not an empty one: libraries
+                # such as asgiref find their per-loop state there (Django's thread).
                 self._flush()
         finally:
             self.current = None
             _local.sched = outer
             self._running = False
+
+    def _step_all(self, ctx: contextvars.Context) -> None:
+        """Step the ready tasks at the head of the queue whose context is ``ctx``."""
+        ready = self._ready
+        while ready and ready[0]._ctx is ctx:
+            runnable = ready.popleft()
+            try:
+                runnable._step()
+            except Exception as error:  # see "What may never escape"
+                runnable._crash(error)
 
     def _flush(self) -> None:
         batches = list(self._open.values())

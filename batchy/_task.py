@@ -19,6 +19,7 @@ nothing else is disturbed.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import types
@@ -63,6 +64,7 @@ class Task(Future[T]):
     __slots__ = (
         "_cancel",
         "_coro",
+        "_ctx",
         "_func",
         "_is_coro",
         "_keys",
@@ -136,6 +138,10 @@ class Task(Future[T]):
             # A task started from plain asyncio code outside any scope gets a
             # scope of its own: its subtree shares a cache, nobody else does.
             self._scope = scope if scope is not None else Scope()
+            # Its context variables: a copy of its starter's, as asyncio gives a
+            # task; a handler's children share their tree's (see Scheduler.run).
+            parent = sched.current
+            self._ctx = parent._ctx if parent is not None else contextvars.copy_context()
             sched._live += 1
             sched._ready.append(self)  # Scheduler.enqueue, inlined for the hot path
             if not sched._running and not sched._scheduled:

@@ -181,3 +181,48 @@ def test_instrument_takes_queues_only() -> None:
         "otel.instrument() takes batchy.jobs.Queue objects to trace jobs of, got 'jobs.db' "
         "(str); pass the Queue your jobs are declared on, or nothing to trace batch calls only"
     )
+
+
+def test_a_job_enqueued_in_a_handler_joins_its_own_requests_trace(traced: Traced) -> None:
+    """Concurrent requests share the scheduler; each handler runs in its request's context.
+
+    Before handlers ran in their tree's context, every request's handlers ran in
+    the context of whichever request woke the scheduler: request b's job joined
+    request a's trace.
+    """
+    queue = Queue(MemoryBackend())
+
+    @queue.job(name="notify")
+    async def notify(user: str) -> None:
+        pass
+
+    @batchy.task
+    async def signup(user_id: int) -> str:
+        user = await users(user_id)  # a round: both requests' handlers wait on it
+        await notify.enqueue(user)
+        return user
+
+    async def request(name: str, user_id: int) -> str:
+        with traced.tracer.start_as_current_span(name):
+            async with batchy.scope():
+                return await signup(user_id)
+
+    async def main() -> list[str]:
+        return list(await asyncio.gather(request("POST /a", 1), request("POST /b", 2)))
+
+    tracing = otel.instrument(queue, tracer_provider=traced.provider)
+    try:
+        assert asyncio.run(main()) == ["user 1", "user 2"]
+    finally:
+        tracing.uninstrument()
+    creates = [s for s in traced.spans if s.name == "create default"]
+    by_user = {}
+    for span in creates:
+        assert span.parent is not None and span.context is not None
+        by_user[span.parent.span_id] = span.context.trace_id
+    a, b = traced.one("POST /a"), traced.one("POST /b")
+    assert a.context is not None and b.context is not None
+    assert by_user == {
+        span_id(a): a.context.trace_id,
+        span_id(b): b.context.trace_id,
+    }
