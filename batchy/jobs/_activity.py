@@ -74,13 +74,11 @@ class Tally(JobHook, batchy.Hook):
         stats = event.stats
         if stats is not None:
             self._running.discard(stats)
-        # Released (shutdown) and lost (another worker holds it) attempts ran
-        # no outcome here: the attempt that ends them counts.
-        if event.outcome not in ("done", "retry", "dead"):
+        if not event.ends_attempt:
             return
         minute = minute_of(_clock.now())
         self._add(minute, f"processed:{event.queue}", 1)
-        if event.outcome != "done":
+        if event.outcome in ("retry", "dead"):  # an operator's cancel is not a failure
             self._add(minute, f"failed:{event.queue}", 1)
         if stats is not None:
             self._add(minute, f"jobs:{event.job}", 1)

@@ -41,6 +41,15 @@ class JobEvent:
     headers: dict[str, str] = field(default_factory=dict)
     stats: batchy.ScopeStats | None = None
 
+    @property
+    def ends_attempt(self) -> bool:
+        """True for the outcomes that end an attempt here (done, retry, dead, cancelled);
+        a ``lost`` or ``released`` run ends elsewhere, in the attempt that follows it."""
+        return self.outcome in _ENDS_ATTEMPT
+
+
+_ENDS_ATTEMPT = frozenset({"done", "retry", "dead", "cancelled"})
+
 
 class JobHook:
     """Base class for job hooks; override what you need."""

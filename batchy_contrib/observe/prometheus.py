@@ -102,6 +102,9 @@ class Metrics(batchy.Hook, JobHook):
         self.failed = counter("batchy_jobs_failed", "Job attempts that raised", job)
         self.retried = counter("batchy_jobs_retried", "Job attempts to be run again", job)
         self.dead = counter("batchy_jobs_dead", "Jobs gone to the dead set", job)
+        self.cancelled = counter(
+            "batchy_jobs_cancelled", "Running jobs an operator cancelled (to the dead set)", job
+        )
         self.job_seconds = histogram(
             "batchy_job_duration_seconds", "Duration of job attempts", job, JOB_BUCKETS
         )
@@ -140,12 +143,14 @@ class Metrics(batchy.Hook, JobHook):
         self.enqueued.labels(event.job, event.queue).inc()
 
     def job_finished(self, event: JobEvent) -> None:
-        if event.outcome not in ("done", "retry", "dead"):
-            return  # lost (another worker runs it) or released at shutdown: not an attempt's end
+        if not event.ends_attempt:
+            return  # lost (another worker runs it) or released at shutdown
         labels = (event.job, event.queue)
         self.processed.labels(*labels).inc()
         self.job_seconds.labels(*labels).observe(event.duration)
-        if event.outcome != "done":
+        if event.outcome == "cancelled":  # an operator's cancel: not a failure
+            self.cancelled.labels(*labels).inc()
+        elif event.outcome != "done":
             self.failed.labels(*labels).inc()
             (self.retried if event.outcome == "retry" else self.dead).labels(*labels).inc()
 

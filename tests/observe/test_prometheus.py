@@ -49,6 +49,15 @@ def page(ids: list[int]) -> Any:
     return first, again
 
 
+async def scrape_from_loop(registry: CollectorRegistry, *queues: Queue) -> Samples:
+    """Serve and scrape from inside the event loop: the stores are asked on it."""
+    url, server = serve(registry, *queues)
+    try:
+        return await asyncio.to_thread(scrape, url)
+    finally:
+        server.shutdown()
+
+
 def test_batch_sizes_latencies_rounds_and_cache_hits(registry: CollectorRegistry) -> None:
     prometheus.instrument(registry=registry)
     batchy.run(page([1, 2, 3, 4]))  # one round: calls of 3 and 1 keys, then a hit
@@ -94,11 +103,7 @@ def test_jobs_processed_failed_retried_dead_and_queue_sizes(registry: CollectorR
             await flaky.enqueue(n)
         await later.enqueue()
         await batchy.jobs.Worker(queue, queues=["default"], burst=True, poll_interval=0.01).run()
-        url, server = serve(registry, queue)  # in the loop: the store is asked on it
-        try:
-            return await asyncio.to_thread(scrape, url)
-        finally:
-            server.shutdown()
+        return await scrape_from_loop(registry, queue)
 
     got = asyncio.run(main())
     job = {"job": "flaky", "queue": "default"}
@@ -115,6 +120,37 @@ def test_jobs_processed_failed_retried_dead_and_queue_sizes(registry: CollectorR
     assert value(got, "batchy_queue_latency_seconds", queue="later") > 0  # type: ignore[operator]
     assert value(got, "batchy_dead_jobs") == 1
     assert value(got, "batchy_workers_alive") == 0  # the burst worker has left
+
+
+def test_a_run_cancelled_by_an_operator_is_counted(registry: CollectorRegistry) -> None:
+    """A cancelled attempt ended (processed, cancelled) without failing; it was not counted."""
+    queue = Queue(MemoryBackend())
+    started = asyncio.Event()
+
+    @queue.job(name="stuck")
+    async def stuck() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    async def main() -> Samples:
+        prometheus.instrument(queue, registry=registry)
+        handle = await stuck.enqueue()
+        worker = batchy.jobs.Worker(queue, poll_interval=0.01)
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(started.wait(), 5)
+        assert await queue.admin.cancel(handle.id) == 1
+        while (await queue.admin.job(handle.id)).state != "cancelled":
+            await asyncio.sleep(0.01)
+        worker.stop()
+        await running
+        return await scrape_from_loop(registry, queue)
+
+    got = asyncio.run(main())
+    job = {"job": "stuck", "queue": "default"}
+    assert value(got, "batchy_jobs_processed_total", **job) == 1
+    assert value(got, "batchy_jobs_cancelled_total", **job) == 1
+    assert value(got, "batchy_jobs_failed_total", **job) in (None, 0)
+    assert value(got, "batchy_job_duration_seconds_count", **job) == 1
 
 
 def test_a_store_that_does_not_answer_is_reported_down(registry: CollectorRegistry) -> None:
