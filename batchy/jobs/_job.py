@@ -58,6 +58,7 @@ class Owner(Store, Protocol):
     def enqueue_many_sync(
         self, calls: Iterable[JobCall], *, connection: Any = None
     ) -> list[Handle]: ...
+    def _announce(self, message: Message) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from ._errors import JobDefinitionError
 from ._handle import Handle
 from ._hooks import JobEvent, emit
 from ._job import JobCall, JobType, check_queue_name
-from ._model import DeadJob, Envelope, Info, JSONSerializer, Serializer, encode
+from ._model import DeadJob, Envelope, Info, JSONSerializer, Message, Serializer, encode
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
 from ._sharded import SHARD_KEEP, ShardedJob
 from ._sqlite import SQLiteBackend
@@ -254,14 +254,18 @@ class Queue:
         call.job.check_arguments(call)
         message = call.message(now)
         key = call.job.order_key(call)
-        if self.hooks:  # before encoding: a hook may write headers (a trace context)
+        self._announce(message)  # before encoding: a hook may write headers (a trace context)
+        return Envelope(
+            message.id, message.queue, encode(message, self.serializer), call.due(now), key=key
+        )
+
+    def _announce(self, message: Message) -> None:
+        """Tell the hooks a job is being enqueued (every path that enqueues calls this)."""
+        if self.hooks:
             event = JobEvent(
                 message.id, message.job, message.queue, 0, "enqueued", headers=message.headers
             )
             emit(self.hooks, "job_enqueued", event)
-        return Envelope(
-            message.id, message.queue, encode(message, self.serializer), call.due(now), key=key
-        )
 
     def handle(self, job_id: str) -> Handle:
         """A handle for a job enqueued earlier (e.g. by another process)."""

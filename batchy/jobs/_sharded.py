@@ -116,6 +116,7 @@ class ShardedJob:
             message = Message(
                 self.shard_id(run, shard), self.job.queue_name, self.name, [run, shard, cursor], {}
             )
+            self.queue._announce(message)  # before encoding: hooks may write headers
             payload = encode(message, self.queue.serializer)
             envelopes.append(Envelope(message.id, message.queue, payload))
         return sum(await self.queue.backend.push(envelopes, now))

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from ._cron import Schedule
 from ._job import JobType
-from ._model import Envelope, Serializer, encode
+from ._model import Envelope, Message, Serializer, encode
 
 __all__ = ["PeriodicLike", "Ticks"]
 
@@ -37,13 +37,13 @@ class Ticks:
         """The Unix time of the earliest next tick, None before the first look (or none)."""
         return min(self._next.values(), default=None)
 
-    def due(self, now: float) -> list[Envelope]:
-        """The envelopes of the ticks due at ``now``; the first look only sets the schedule.
+    def due(self, now: float) -> list[tuple[Message, Envelope]]:
+        """The jobs of the ticks due at ``now``; the first look only sets the schedule.
 
         A worker that starts does not replay the past, and one that stalled over
         several ticks enqueues only the latest.
         """
-        envelopes: list[Envelope] = []
+        envelopes: list[tuple[Message, Envelope]] = []
         for periodic in self.periodics:
             name = periodic.job.name
             due = self._next.get(name)
@@ -61,13 +61,12 @@ class Ticks:
             self._next[name] = periodic.schedule.next_after(tick)
             message = periodic.job.call().message(now)
             interval = periodic.schedule.next_after(tick) - tick
-            envelopes.append(
-                Envelope(
-                    message.id,
-                    message.queue,
-                    encode(message, self.serializer),
-                    unique=f"periodic:{name}:{tick:.6f}",
-                    unique_ttl=max(3600.0, 3 * interval),
-                )
+            envelope = Envelope(
+                message.id,
+                message.queue,
+                encode(message, self.serializer),
+                unique=f"periodic:{name}:{tick:.6f}",
+                unique_ttl=max(3600.0, 3 * interval),
             )
+            envelopes.append((message, envelope))
         return envelopes

@@ -393,12 +393,18 @@ class Worker:
                 await self._tally.flush(self.queue.backend)
 
     async def _tick_periodics(self, now: float) -> None:
-        envelopes = self._ticks.due(now)
-        if envelopes:
+        due = self._ticks.due(now)
+        if due:
             try:
-                await self.queue.backend.push(envelopes, now)
+                pushed = await self.queue.backend.push([e for _, e in due], now)
             except Exception as error:
                 self._outage.failed(error)
+                return
+            # Every worker pushes each tick and the store keeps one: only the worker
+            # whose push was kept tells the hooks (one enqueue counted, one span).
+            for (message, _), kept in zip(due, pushed, strict=True):
+                if kept:
+                    self.queue._announce(message)
 
     def stats(self) -> dict[str, Any]:
         """Jobs processed and running, for tests and dashboards."""

@@ -387,6 +387,8 @@ async def test_periodic_job_runs_once_per_tick_across_workers(queue: Queue) -> N
         return oks
 
     queue.backend.push = recording_push  # type: ignore[method-assign]
+    announced = Announced()
+    queue.hooks.append(announced)
     workers = [fast_worker(queue, poll_interval=0.01) for _ in range(3)]
     tasks = [asyncio.create_task(w.run()) for w in workers]
     await asyncio.sleep(1.1)
@@ -398,6 +400,40 @@ async def test_periodic_job_runs_once_per_tick_across_workers(queue: Queue) -> N
     assert len(set(offered)) < len(offered), offered  # several workers did offer ticks
     assert len(accepted) == len(set(accepted)), accepted
     assert 3 <= len(ticks) <= len(accepted) <= 6
+    # Hooks (metrics, a producer span) hear of each accepted tick once, from the
+    # worker whose push was kept; they heard of none before.
+    assert [e.job for e in announced.events] == [every_200ms.name] * len(accepted)
+
+
+class Announced(JobHook):
+    def __init__(self) -> None:
+        self.events: list[JobEvent] = []
+
+    def job_enqueued(self, event: JobEvent) -> None:
+        event.headers["seen-by"] = "hook"
+        self.events.append(event)
+
+
+async def test_starting_a_sharded_run_tells_the_hooks_of_each_shard(queue: Queue) -> None:
+    """ShardedJob.start enqueued its shards without a job_enqueued event (no span, no count)."""
+
+    @queue.sharded(shards=3, name="rows")
+    async def rows(shard: int, shards: int, cursor: int | None) -> None:
+        return None
+
+    announced = Announced()
+    queue.hooks.append(announced)
+    assert await rows.start("r1") == 3
+    assert sorted(e.id for e in announced.events) == [f"rows:r1:{i}" for i in range(3)]
+    # The headers a hook wrote (a trace context) travel with each shard's job.
+    started: list[dict[str, str]] = []
+
+    class Started(JobHook):
+        def job_started(self, event: JobEvent) -> None:
+            started.append(dict(event.headers))
+
+    await fast_worker(queue, burst=True, hooks=[Started()]).run()
+    assert started == [{"seen-by": "hook"}] * 3
 
 
 async def test_timeout_fails_the_attempt(queue: Queue) -> None:
