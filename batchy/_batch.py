@@ -20,6 +20,7 @@ scopes it answered.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -71,6 +72,7 @@ class Batch(Askers):
         "_chunks",
         "_ck_of",
         "_round",
+        "ctx",
         "futures",
         "keys",
         "loader",
@@ -86,6 +88,11 @@ class Batch(Askers):
         self._chunks: list[tuple[int, list[Any], list[Future[Any]]]] = []
         self._ck_of: dict[int, Any] | None = None  # id(future) -> cache key, made when needed
         self._round = 0
+        # The context its calls run in: that of the handler (or plain asyncio code)
+        # that asked for its first key, so a batch of one request's keys sees that
+        # request's context variables, never a stale one of whoever woke the loop.
+        current = sched.current
+        self.ctx = current._ctx if current is not None else contextvars.copy_context()
 
     @property
     def loader_name(self) -> str:
@@ -115,21 +122,18 @@ class Batch(Askers):
             self._start(*self._chunks.pop())
 
     def _start(self, first: int, keys: list[Any], futs: list[Future[Any]]) -> None:
-        loader = self.loader
         askers = self.askers(first, first + len(keys))
         started = time.perf_counter()
         for scope in askers:
             scope.stats._call_started(started)
         call = (first, keys, futs, started, askers)
         try:
-            if loader.thread:
-                out: Any = self.sched.loop.run_in_executor(None, loader.fn, list(keys))
-            else:
-                out = loader.fn(list(keys))  # a copy: the function may keep or mutate it
-            if not inspect.isawaitable(out):
+            # A copy of the keys: the function may keep or mutate it.
+            out: Any = self.ctx.run(self._call, list(keys))
+            if not isinstance(out, asyncio.Future):
                 self._finish(call, result=out)
                 return
-            afut = asyncio.ensure_future(out, loop=self.sched.loop)
+            afut = out
         except BaseException as error:
             # A plain function raised (CancelledError, GeneratorExit and custom
             # BaseExceptions too), or returned an awaitable asyncio refuses.
@@ -156,6 +160,19 @@ class Batch(Askers):
                 self.sched.batch_finished(af)
 
         afut.add_done_callback(done)
+
+    def _call(self, keys: list[Any]) -> Any:
+        """Call the batch function (in :attr:`ctx`): its result, or an asyncio future of it."""
+        loader = self.loader
+        loop = self.sched.loop
+        if loader.thread:
+            # A copy for the thread: one Context cannot be entered in two threads.
+            return loop.run_in_executor(None, self.ctx.copy().run, loader.fn, keys)
+        out = loader.fn(keys)
+        if inspect.isawaitable(out):
+            # Made here, so its task runs in a copy of this context.
+            return asyncio.ensure_future(out, loop=loop)
+        return out
 
     def _finish(self, call: _Call, result: Any = None, error: BaseException | None = None) -> None:
         first, keys, futs, started, askers = call

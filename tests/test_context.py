@@ -130,3 +130,50 @@ def test_any_trees_served_concurrently_see_only_their_own_context(trees: list[An
 
     asyncio.run(main())
     assert seen and all(name == got for name, got in seen)
+
+
+def test_a_batch_call_runs_in_the_context_of_the_request_that_opened_it() -> None:
+    """Batches holding only request b's keys ran in request a's context, after a ended.
+
+    A batch call ran in the context the scheduler was woken in, and each call's
+    done callback handed that context on to the next round: b's later rounds read
+    a's request id (Django: a's tenant database, a's thread).
+    """
+    seen: list[tuple[list[int], str]] = []
+
+    @batchy.batched
+    async def users(keys: list[int]) -> list[int]:
+        seen.append((sorted(keys), request_id.get()))
+        await asyncio.sleep(0.001)
+        return keys
+
+    @batchy.batched(thread=True)
+    def in_thread(keys: list[int]) -> list[int]:
+        seen.append((sorted(keys), "thread " + request_id.get()))
+        return keys
+
+    @batchy.task
+    def chain(start: int, n: int) -> Any:
+        for k in range(start, start + n):
+            yield users(k)
+            yield in_thread(k)
+        return n
+
+    async def serve(name: str, start: int, n: int) -> int:
+        request_id.set(name)
+        async with batchy.scope():
+            return await chain(start, n)
+
+    async def main() -> list[int]:
+        return list(await asyncio.gather(serve("a", 1, 1), serve("b", 100, 3)))
+
+    assert asyncio.run(main()) == [1, 3]
+    # Round 1 is shared (a asked first: its context); the rest hold only b's keys.
+    assert seen == [
+        ([1, 100], "a"),
+        ([1, 100], "thread a"),
+        ([101], "b"),
+        ([101], "thread b"),
+        ([102], "b"),
+        ([102], "thread b"),
+    ]
