@@ -46,7 +46,10 @@ from graphql import (
     InlineFragmentNode,
     IntValueNode,
     OperationDefinitionNode,
+    SchemaMetaFieldDef,
     SelectionSetNode,
+    TypeMetaFieldDef,
+    TypeNameMetaFieldDef,
     ValidationContext,
     ValidationRule,
     get_named_type,
@@ -231,9 +234,7 @@ class _Measure:
 
     def field(self, node: FieldNode, parent: Any) -> _Size:
         name = node.name.value
-        definition = None
-        if isinstance(parent, (GraphQLObjectType, GraphQLInterfaceType)):
-            definition = parent.fields.get(name)
+        definition = self._definition(parent, name)
         returns = None if definition is None else definition.type
         child_type: GraphQLNamedType | None = None if returns is None else get_named_type(returns)
         below = self.selection_set(node.selection_set, child_type)
@@ -245,6 +246,21 @@ class _Measure:
             aliases=(1 if node.alias else 0) + below.aliases,
             cost=(self.limits.field_cost if own_cost is None else own_cost) + below.cost * times,
         )
+
+    def _definition(self, parent: Any, name: str) -> Any:
+        # The meta fields are in no type's ``fields``; missing them would let an
+        # introspection query's lists (``__schema { types { fields ... } }``)
+        # through at the cost of one field each.
+        if name == "__typename":
+            return TypeNameMetaFieldDef
+        if parent is not None and parent is self.schema.query_type:
+            if name == "__schema":
+                return SchemaMetaFieldDef
+            if name == "__type":
+                return TypeMetaFieldDef
+        if isinstance(parent, (GraphQLObjectType, GraphQLInterfaceType)):
+            return parent.fields.get(name)
+        return None
 
     def _list_size(self, node: FieldNode) -> int:
         for argument in node.arguments or ():

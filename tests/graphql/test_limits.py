@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from graphql import build_schema, parse, specified_rules, validate
+from graphql import build_schema, get_introspection_query, parse, specified_rules, validate
 
 from batchy_contrib.graphql.limits import Limits
 
@@ -93,6 +93,26 @@ def test_fragments_on_interfaces_and_inline_fragments_use_the_conditions_type() 
     # node 1 + id 1 + posts (1 + 3) + comments (1 + 4) = 11
     assert check(query, Limits(max_cost=11)) == []
     assert check(query, Limits(max_cost=10)) != []
+
+
+def test_introspection_fields_count_their_lists_like_any_field() -> None:
+    # __schema 1 + types (1 + 20 * (fields (1 + 20 * (name 1 + type (1 + name 1))))) = 1,222
+    query = "{ __schema { types { fields { name type { name } } } } }"
+    assert check(query, Limits(max_cost=1_222)) == []
+    assert "it measures 1,222 (estimated cost" in check(query, Limits(max_cost=1_221))[0]
+    # __type 1 + fields (1 + 20 * name 1) = 22; __typename costs 1 wherever it is.
+    query = '{ __type(name: "Post") { fields { name } } posts(first: 2) { __typename } }'
+    assert "it measures 25 (estimated cost" in check(query, Limits(max_cost=24))[0]
+
+
+def test_the_full_introspection_query_needs_the_documented_settings() -> None:
+    query = get_introspection_query()
+    assert [m.split(":")[0] for m in check(query, Limits.public())] == [
+        "IntrospectionQuery is over the limit max_depth=12",
+        "IntrospectionQuery is over the limit max_cost=100000",
+    ]
+    assert check(query, Limits.public(max_depth=15, max_cost=400_000)) == []
+    assert check(query, Limits.internal()) == []
 
 
 def test_a_fragment_cycle_is_left_to_graphql_cores_own_rule() -> None:
