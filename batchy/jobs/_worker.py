@@ -147,6 +147,7 @@ class Worker:
         self._cancelled: set[Claim] = set()
         names = [name for name, _ in self.queue_specs]
         self._store_wait = StoreWait(queue.backend, self.id, names, poll_interval, self._poke)
+        self._beats_end = asyncio.Event()  # set as run() ends: the heartbeat loop returns
 
     def __repr__(self) -> str:
         return f"<batchy.jobs.Worker {self.id} running={len(self._running)}>"
@@ -204,6 +205,7 @@ class Worker:
                 loop.add_signal_handler(sig, handler)
                 installed.append(sig)
         batchy.add_hook(self._tally)  # counts the batch calls of this worker's jobs
+        self._beats_end = asyncio.Event()
         beat = asyncio.create_task(self._heartbeat_loop())
         try:
             try:
@@ -215,12 +217,13 @@ class Worker:
             await self._loop()
             await self._shutdown()
         finally:
-            beat.cancel()
+            self._beats_end.set()
             self._store_wait.cancel()
             for sig in installed:
                 loop.remove_signal_handler(sig)
             batchy.remove_hook(self._tally)
             with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._end_background(beat, self._store_wait.task)
                 await asyncio.shield(self._tally.flush(self.queue.backend))
                 await asyncio.shield(self.queue.backend.forget_worker(self.id))
 
@@ -381,9 +384,27 @@ class Worker:
                 # it does not go on alongside the new holder's (or the key's next job).
                 task.cancel()
 
+    async def _end_background(self, *tasks: asyncio.Task[None] | None) -> None:
+        # The background tasks' store calls end before the worker's last ones and
+        # before its caller closes the store: a heartbeat's counter write is let
+        # finish, not cut off halfway (a transaction left open on a pooled
+        # connection holds its locks, and the counts it took were lost); a task
+        # that does not end in time is cancelled, and its clean-up awaited too.
+        running = {t for t in tasks if t is not None and not t.done()}
+        if running:
+            _, late = await asyncio.wait(running, timeout=max(1.0, self.heartbeat))
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=1.0)
+
     async def _heartbeat_loop(self) -> None:
+        end = self._beats_end
         while True:
-            await asyncio.sleep(self.heartbeat)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(end.wait(), self.heartbeat)
+            if end.is_set():
+                return
             try:
                 await self._beat()
             except Exception as error:

@@ -20,7 +20,7 @@ from __future__ import annotations
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 2
+VERSION = 3
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -170,6 +170,14 @@ CREATE TABLE IF NOT EXISTS {s}.cancels (
 CREATE INDEX IF NOT EXISTS jobs_blocked ON {s}.jobs (seq) WHERE state = 2;
 """
 
+# Version 3: the workers' per-minute activity counters (see _postgres_counts),
+# which release 2 made outside the versioned tables on a worker's first write.
+_COUNTS = """
+CREATE TABLE IF NOT EXISTS {s}.counts (
+    minute bigint NOT NULL, name text NOT NULL, n bigint NOT NULL, PRIMARY KEY (minute, name)
+);
+"""
+
 #: The current schema: tables, indexes and the step functions.
 SCHEMA = f"""
 CREATE TABLE {{s}}.jobs (
@@ -200,6 +208,7 @@ CREATE INDEX uniques_expires ON {{s}}.uniques (expires);
 CREATE TABLE {{s}}.workers (id text PRIMARY KEY, info text NOT NULL, expires float8 NOT NULL);
 CREATE TABLE {{s}}.queues (name text PRIMARY KEY);
 {_OPERATING}
+{_COUNTS}
 -- The store's clock: the only one that decides leases and due times.
 CREATE FUNCTION {{s}}.clock() RETURNS float8 LANGUAGE sql VOLATILE
 AS $$ SELECT extract(epoch FROM clock_timestamp())::float8 $$;
@@ -333,4 +342,4 @@ END $$;
 """
 
 #: ``MIGRATIONS[v]`` takes a schema from version ``v`` to ``v + 1``.
-MIGRATIONS: dict[int, str] = {1: _OPERATING + _CYCLE}
+MIGRATIONS: dict[int, str] = {1: _OPERATING + _CYCLE, 2: _COUNTS}

@@ -402,10 +402,7 @@ class PostgresBackend(PostgresOperating, Backend):
         return len(rows)
 
     async def add_counts(self, counts: Mapping[tuple[int, str], int], now: float) -> None:
-        # The table is made by this object's first write (see _postgres_counts).
-        made: bool = getattr(self, "_counts_made", False)
-        await _counts.add_counts(await self.pool(), self.names, counts, now, create=not made)
-        self._counts_made = True
+        await _counts.add_counts(await self.pool(), self.names, counts, now)
 
     async def read_counts(self, since: int, now: float) -> dict[tuple[int, str], int]:
         return await _counts.read_counts(await self.pool(), self.names, since)

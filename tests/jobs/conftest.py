@@ -43,7 +43,19 @@ def postgres_schema(postgres_dsn: str) -> Iterator[str]:
     import psycopg
 
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        # A connection the test left in a transaction holds locks on the schema:
+        # say which, rather than wait for it forever.
+        conn.execute("SET lock_timeout = '10s'")
+        try:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        except psycopg.errors.LockNotAvailable:
+            rows = conn.execute(
+                "SELECT pid, state, xact_start, query_start, wait_event, query "
+                "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchall()
+            raise AssertionError(
+                f"schema {schema} could not be dropped: sessions left open hold its locks: {rows}"
+            ) from None
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 
@@ -151,3 +152,46 @@ def test_activity_reads_series_oldest_first() -> None:
     assert activity.labels("calls") == ["a", "b"]
     assert activity.ratio("keys", "calls", "a") == 0.0
     assert math.isnan(activity.ratio("calls", "keys", "a"))  # nothing below: no ratio
+
+
+class SlowCounts(MemoryBackend):
+    """A memory store whose counter writes take a round trip, and a clean-up after one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = 0
+        self.overlapped = False
+        self.writing = asyncio.Event()
+
+    async def add_counts(self, counts, now):  # type: ignore[no-untyped-def]
+        self.inside += 1
+        self.overlapped = self.overlapped or self.inside > 1
+        self.writing.set()
+        try:
+            await asyncio.sleep(0.2)  # the write in flight
+            await super().add_counts(counts, now)
+        finally:
+            await asyncio.sleep(0.05)  # its clean-up (a rollback, a connection returned)
+            self.inside -= 1
+
+
+async def test_a_worker_stopping_mid_write_lets_it_end_before_its_last_write() -> None:
+    store = SlowCounts()
+    queue = Queue(store)
+
+    @queue.job()
+    async def work() -> None:
+        pass
+
+    await work.enqueue()
+    worker = fast_worker(queue, lease=1.0, heartbeat=0.05)
+    running = asyncio.create_task(worker.run())
+    await asyncio.wait_for(store.writing.wait(), 5)  # the heartbeat writes the counters
+    worker.stop()
+    await running
+    # Neither cut off (its counts lost, its connection's transaction left open)
+    # nor overlapped by the worker's last write, and ended when run() returns.
+    assert not store.overlapped and store.inside == 0
+    minute = minute_of(time.time())
+    counted = await store.read_counts(minute - 1, time.time())
+    assert sum(n for (_, name), n in counted.items() if name == "processed:default") == 1
