@@ -32,6 +32,7 @@ from ._errors import (
     SerializationError,
     UnknownJobError,
 )
+from ._fetch import parse_queues
 from ._handle import DeadJobError, Handle, ResultNotKept, Running
 from ._hooks import JobEvent, JobHook
 from ._job import JobCall, JobType
@@ -55,7 +56,7 @@ from ._records import JobInfo, JobPage, PeriodicInfo, ShardInfo, StoredJob
 from ._retry import DEFAULT_RETRIES, Backoff, NoRetry, Retry, sidekiq_backoff
 from ._sharded import ShardedJob
 from ._sqlite import SQLiteBackend
-from ._worker import Worker, parse_queues
+from ._worker import Worker
 
 __all__ = [
     "COUNTS_KEPT",

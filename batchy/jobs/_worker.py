@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import functools
 import os
-import random
 import signal
 import socket
 import time
@@ -42,6 +41,7 @@ import batchy
 from . import _clock
 from ._activity import Tally
 from ._errors import ConfigError
+from ._fetch import fetch_order, parse_queues
 from ._hooks import JobHook, log
 from ._leases import Claim, Leases
 from ._model import Claimed, Outcome, WorkerInfo, new_id
@@ -53,28 +53,7 @@ from ._wake import StoreWait
 if TYPE_CHECKING:
     from ._queue import Queue
 
-__all__ = ["Worker", "parse_queues"]
-
-
-def parse_queues(specs: Iterable[str | tuple[str, int]]) -> list[tuple[str, int | None]]:
-    """``["critical,2", "default"]`` -> ``[("critical", 2), ("default", None)]``."""
-    out: list[tuple[str, int | None]] = []
-    for spec in specs:
-        if isinstance(spec, tuple):
-            name, weight_text = spec[0], str(spec[1])
-        elif "," in spec:
-            name, weight_text = spec.split(",", 1)
-        else:
-            out.append((spec, None))
-            continue
-        # isdigit() alone takes '²', which int() refuses: ASCII digits only.
-        if not (weight_text.isascii() and weight_text.isdigit()) or int(weight_text) < 1:
-            raise ConfigError(
-                f"queue {name!r}: weight {weight_text!r} is not a positive integer; "
-                "write -q critical,2 (critical is fetched twice as often) or -q critical"
-            )
-        out.append((name, int(weight_text)))
-    return out
+__all__ = ["Worker"]
 
 
 class Worker:
@@ -227,16 +206,6 @@ class Worker:
                 await asyncio.shield(self._tally.flush(self.queue.backend))
                 await asyncio.shield(self.queue.backend.forget_worker(self.id))
 
-    def _order(self) -> list[str]:
-        weighted = [(n, w) for n, w in self.queue_specs if w is not None]
-        if not weighted:
-            return [n for n, _ in self.queue_specs]
-        # Sidekiq's weighted fetch: each queue appears `weight` times, shuffled;
-        # the first appearance decides the order of this fetch.
-        pool = [n for n, w in self.queue_specs for _ in range(w or 1)]
-        random.shuffle(pool)
-        return list(dict.fromkeys(pool))
-
     async def _loop(self) -> None:
         assert self._wake is not None
         backend = self.queue.backend
@@ -250,7 +219,7 @@ class Worker:
             sent = time.monotonic()  # the store starts the new leases no earlier
             try:
                 claimed = await backend.cycle(
-                    outcomes, self._order(), free, self.id, self.lease, now
+                    outcomes, fetch_order(self.queue_specs), free, self.id, self.lease, now
                 )
             except Exception as error:
                 self._outcomes = outcomes + self._outcomes

@@ -1,4 +1,4 @@
-"""What an operator reads and does in the PostgreSQL job store: pages of jobs, one job, actions.
+"""What an operator reads and does in the PostgreSQL job store: job pages, actions, the dead set.
 
 Pages are keyset pages on the store's indexes: each query seeks to the row after
 the cursor with a row comparison (``(due, seq) > (%s, %s)``, an index condition
@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from batchy.jobs import Backend, StoredJob
+from batchy.jobs import Backend, DeadJob, StoredJob
 
 from ._postgres_schema import Names
 
@@ -74,6 +74,39 @@ class PostgresOperating:
 
     async def pool(self) -> AsyncConnectionPool[Any]:
         raise NotImplementedError  # the store's own
+
+    # -- the dead set --------------------------------------------------------------------
+
+    async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
+        s = self.names.sql
+        async with (await self.pool()).connection() as conn:
+            rows = await _rows(
+                conn,
+                s("SELECT id, queue, payload, reason, traceback, died, okey FROM {s}.dead "
+                  "ORDER BY died DESC LIMIT %s"),
+                (limit,),
+            )  # fmt: skip
+        return [DeadJob(*row) for row in rows]
+
+    async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
+        async with (await self.pool()).connection() as conn:
+            ((moved,),) = await _rows(
+                conn,
+                self.names.sql("SELECT {s}.retry_dead(%s::text[])"),
+                (None if ids is None else list(ids),),
+            )
+        return int(moved or 0)
+
+    async def delete_dead(self, ids: Sequence[str] | None) -> int:
+        s = self.names.sql
+        async with (await self.pool()).connection() as conn:
+            rows = await _rows(
+                conn,
+                s("DELETE FROM {s}.dead WHERE %s::text[] IS NULL OR id = ANY(%s::text[]) "
+                  "RETURNING 1"),
+                (None if ids is None else list(ids),) * 2,
+            )  # fmt: skip
+        return len(rows)
 
     async def list_jobs(
         self,

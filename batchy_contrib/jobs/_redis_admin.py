@@ -235,13 +235,13 @@ for i = 4, #ARGV do
   if action == 'cancel' then
     redis.call('HSET', p..'cancel', id, redis.call('HGET', p..'owner', id))
   elseif action == 'run_now' then
-    redis.call('ZREM', p..'sched', id)
-    redis.call('ZREM', p..'retry', id)
+    zrem('sched', id, q)
+    zrem('retry', id, q)
     ready(id, q, now, false)
   elseif action == 'delete' then
     if state == 'queued' then redis.call('LREM', p..'q:'..q, 1, id) end
-    redis.call('ZREM', p..'sched', id)
-    redis.call('ZREM', p..'retry', id)
+    zrem('sched', id, q)
+    zrem('retry', id, q)
     redis.call('HDEL', p..'jobs', id)
     redis.call('HDEL', p..'meta', id)
     leave(id, now)  -- a key's head: its next job becomes the head

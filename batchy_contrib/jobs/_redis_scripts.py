@@ -7,9 +7,7 @@ arrives as an offset from the moment it was sent.
 
 from __future__ import annotations
 
-__all__ = [
-    "PUSH", "CYCLE", "HEARTBEAT", "STATUS", "INFO", "DEAD_MOVE", "SAVE", "KEYS", "NEXT_DUE",
-]  # fmt: skip
+__all__ = ["LIB", "PUSH", "CYCLE", "HEARTBEAT", "STATUS", "DEAD_MOVE", "SAVE", "NEXT_DUE"]
 
 LIB = """
 local p = ARGV[1]
@@ -22,6 +20,17 @@ local function qof(id)
   local m = redis.call('HGET', p..'meta', id)
   if not m then return nil end
   return string.sub(m, 1, string.find(m, '\\t', 1, true) - 1)
+end
+-- The scheduled and retrying sets with a count per queue beside each (the
+-- hashes n:sched and n:retry), kept by every change, so `info` never reads the
+-- sets: a million delayed jobs would block Redis for as long as that read.
+local function zadd(zset, at, id, q)
+  if redis.call('ZADD', p..zset, at, id) == 1 then redis.call('HINCRBY', p..'n:'..zset, q, 1) end
+end
+local function zrem(zset, id, q)
+  if redis.call('ZREM', p..zset, id) == 1 and q and q ~= '' then
+    redis.call('HINCRBY', p..'n:'..zset, q, -1)
+  end
 end
 -- Wake-ups (see redis_jobs): wake:<queue> holds at most one token, which an idle
 -- worker of the queue takes with BLPOP: '1' (jobs are ready) or 'd' (also a new
@@ -55,7 +64,7 @@ local function promote(id, now)
   local tab = string.find(m, '\t', 1, true)
   local q, at = string.sub(m, 1, tab - 1), tonumber(string.sub(m, tab + 1))
   if at > now then
-    redis.call('ZADD', p..'sched', at, id)
+    zadd('sched', at, id, q)
     wake(q, true)  -- a new due time: a waiting worker re-reads its deadline
   else
     ready(id, q, now, false)
@@ -106,7 +115,7 @@ for i = 2, #ARGV, 7 do
       redis.call('HSET', p..'meta', id, q..'\t'..at)
     elseif at > now then
       redis.call('HSET', p..'meta', id, q..'\\t'..at)
-      redis.call('ZADD', p..'sched', at, id)
+      zadd('sched', at, id, q)
       wake(q, true)  -- a new due time: a waiting worker re-reads its deadline
     else
       ready(id, q, now, false)
@@ -171,7 +180,7 @@ while i <= #ARGV do
     redis.call('HSET', p..'jobs', id, payload)
     local qq = qof(id) or q
     redis.call('HSET', p..'meta', id, qq..'\\t'..due)
-    redis.call('ZADD', p..'retry', due, id)
+    zadd('retry', due, id, qq)
     wake(qq, true)  -- a new due time: a waiting worker re-reads its deadline
   elseif kind == 'dead' then
     redis.call('HDEL', p..'jobs', id)
@@ -206,8 +215,8 @@ end
 -- Due delayed jobs and retries join their queue; expired leases go back to the front.
 for _, zset in ipairs({'sched', 'retry'}) do
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..zset, '-inf', now, 'LIMIT', 0, 1000)) do
-    redis.call('ZREM', p..zset, id)
     local q = qof(id)
+    zrem(zset, id, q)
     if q then ready(id, q, now, false) end
   end
 end
@@ -302,49 +311,6 @@ return {'unknown'}
 """
 )
 
-INFO = (
-    LIB
-    + """
-local now = clock()
-local counts = {}
-local function bump(zset, slot)
-  for _, id in ipairs(redis.call('ZRANGE', p..zset, 0, -1)) do
-    local q = qof(id)
-    if q then
-      counts[q] = counts[q] or {0, 0, 0}
-      counts[q][slot] = counts[q][slot] + 1
-    end
-  end
-end
-bump('leases', 1); bump('sched', 2); bump('retry', 3)
--- Who holds each lease now (the token names its worker): live, not as of heartbeats.
-local held = {}
-for _, id in ipairs(redis.call('ZRANGE', p..'leases', 0, -1)) do
-  local tok = redis.call('HGET', p..'owner', id)
-  local at = tok and string.find(tok, '@', 1, true)
-  if at then held[#held+1] = string.sub(tok, at + 1); held[#held+1] = id end
-end
-local out = {}
-for _, q in ipairs(redis.call('SMEMBERS', p..'queues')) do
-  local c = counts[q] or {0, 0, 0}
-  local first = redis.call('LINDEX', p..'q:'..q, 0)
-  local at = ''
-  if first then
-    local m = redis.call('HGET', p..'meta', first)
-    if m then at = string.sub(m, string.find(m, '\\t', 1, true) + 1) end
-  end
-  out[#out+1] = {q, redis.call('LLEN', p..'q:'..q), at, c[1], c[2], c[3]}
-end
-redis.call('ZREMRANGEBYSCORE', p..'workers', '-inf', now)
-local workers = {}
-for _, w in ipairs(redis.call('ZRANGE', p..'workers', 0, -1)) do
-  local info = redis.call('GET', p..'worker:'..w)
-  if info then workers[#workers+1] = info end
-end
-return {out, redis.call('ZCARD', p..'dead'), workers, string.format('%.6f', now), held}
-"""
-)
-
 DEAD_MOVE = (
     LIB
     + """
@@ -388,35 +354,6 @@ end
 redis.call('HSET', p..'jobs', id, payload)
 redis.call('ZADD', p..'leases', clock() + lease, id)
 return 1
-"""
-)
-
-# An operator's view (`batchy info`): it reads every keyed job; no claim ever does.
-KEYS = (
-    LIB
-    + """
-local counts, order = {}, {}
-local all = redis.call('HGETALL', p..'okey')
-for i = 2, #all, 2 do
-  local k = all[i]
-  if not counts[k] then counts[k] = 0; order[#order+1] = k end
-  counts[k] = counts[k] + 1
-end
-local out = {}
-for _, k in ipairs(order) do
-  local head = redis.call('LINDEX', p..'k:'..k, 0)
-  if head then
-    local m = redis.call('HGET', p..'meta', head) or '\t0'
-    local tab = string.find(m, '\t', 1, true)
-    local lease = redis.call('ZSCORE', p..'leases', head)
-    local retry = redis.call('ZSCORE', p..'retry', head)
-    local sched = redis.call('ZSCORE', p..'sched', head)
-    local due = retry or sched or string.sub(m, tab + 1)
-    out[#out+1] = {k, string.sub(m, 1, tab - 1), counts[k], head,
-                   lease and '1' or '0', lease or '0', tostring(due), retry and '1' or '0'}
-  end
-end
-return {out, string.format('%.6f', clock())}
 """
 )
 

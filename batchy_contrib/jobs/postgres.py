@@ -49,7 +49,6 @@ from batchy.jobs import (
     Backend,
     Claimed,
     Claims,
-    DeadJob,
     Envelope,
     Info,
     JobStatus,
@@ -374,32 +373,6 @@ class PostgresBackend(PostgresOperating, Backend):
     async def info(self, now: float) -> Info:
         async with (await self.pool()).connection() as conn:
             return await _read.info(conn, self.names)
-
-    async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
-        rows = await self._all(
-            self.names.sql(
-                "SELECT id, queue, payload, reason, traceback, died, okey FROM {s}.dead "
-                "ORDER BY died DESC LIMIT %s"
-            ),
-            (limit,),
-        )
-        return [DeadJob(*row) for row in rows]
-
-    async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
-        moved = await self._one(
-            self.names.sql("SELECT {s}.retry_dead(%s::text[])"),
-            (None if ids is None else list(ids),),
-        )
-        return int(moved or 0)
-
-    async def delete_dead(self, ids: Sequence[str] | None) -> int:
-        rows = await self._all(
-            self.names.sql(
-                "DELETE FROM {s}.dead WHERE %s::text[] IS NULL OR id = ANY(%s::text[]) RETURNING 1"
-            ),
-            (None if ids is None else list(ids),) * 2,
-        )
-        return len(rows)
 
     async def add_counts(self, counts: Mapping[tuple[int, str], int], now: float) -> None:
         await _counts.add_counts(await self.pool(), self.names, counts, now)

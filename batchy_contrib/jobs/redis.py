@@ -69,16 +69,14 @@ from batchy.jobs import (
     Claims,
     DeadJob,
     Envelope,
-    Info,
     JobStatus,
-    KeyInfo,
     Outcome,
-    QueueInfo,
     WorkerInfo,
 )
 
 from . import _redis_counts as _counts
 from . import _redis_scripts as lua
+from . import _redis_views as views
 from ._redis_admin import RedisOperating
 
 __all__ = ["RedisBackend"]
@@ -94,7 +92,7 @@ class _Wait:
     since: float  # the loop's time when it was sent
 
 
-class RedisBackend(RedisOperating, Backend):
+class RedisBackend(RedisOperating, views.RedisViews):
     """Jobs in Redis (redis-py's asyncio client); any number of workers on any machines.
 
     ``url`` is a Redis URL (use a database of its own, e.g. ``redis://host:6379/1``)
@@ -132,10 +130,10 @@ class RedisBackend(RedisOperating, Backend):
                 ("cycle", lua.CYCLE),
                 ("heartbeat", lua.HEARTBEAT),
                 ("status", lua.STATUS),
-                ("info", lua.INFO),
+                ("info", views.INFO),
                 ("dead_move", lua.DEAD_MOVE),
                 ("save", lua.SAVE),
-                ("keys", lua.KEYS),
+                ("keys", views.KEYS),
                 ("next_due", lua.NEXT_DUE),
             )
         }
@@ -241,25 +239,6 @@ class RedisBackend(RedisOperating, Backend):
     ) -> bool:
         return bool(await self._run("save", job_id, token, payload, lease))
 
-    async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
-        rows, store_now = await self._run("keys")
-        shift = now - float(store_now)  # Redis's times are reported on the caller's clock
-        found = [
-            KeyInfo.of_head(
-                key,
-                queue,
-                int(n),
-                head,
-                running=leased == "1",
-                lease=float(lease) + shift,
-                due=float(due) + shift,
-                retrying=retry == "1",
-                now=now,
-            )
-            for key, queue, n, head, leased, lease, due, retry in rows
-        ]
-        return self.rank_keys(found, limit)
-
     def _blocking(self) -> aioredis.Redis:
         """The client for BLPOPs: same server and options, its own connections."""
         if self._blocker is None:
@@ -338,26 +317,6 @@ class RedisBackend(RedisOperating, Backend):
         if state == "done":
             return JobStatus(job_id, "done", result=found[1])
         return JobStatus(job_id, state)
-
-    async def info(self, now: float) -> Info:
-        rows, dead, workers, store_now, held = await self._run("info")
-        queues = [
-            QueueInfo(
-                name,
-                int(size),
-                max(0.0, float(store_now) - float(at)) if at else 0.0,
-                int(running),
-                int(scheduled),
-                int(retrying),
-            )
-            for name, size, at, running, scheduled, retrying in rows
-        ]
-        queues.sort(key=lambda q: q.name)
-        live = self.with_running(
-            (WorkerInfo.from_json(w) for w in workers),
-            ((held[i], held[i + 1]) for i in range(0, len(held), 2)),
-        )
-        return Info(tuple(queues), int(dead), live)
 
     async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
         ids = await self.redis.zrevrange(self.prefix + "dead", 0, limit - 1, withscores=True)

@@ -122,6 +122,12 @@ async def test_redis_runs_as_many_commands_for_page_2_of_any_size(redis_server) 
 
             costs[size] = {s: await cost_of_page_two(store, s, measure) for s in STATES}
             assert await page_two(store, "scheduled") == [f"js{i:07d}" for i in range(50, 100)]
+            # info (batchy info, the dashboard, every Prometheus scrape) as well:
+            # counters, never a read of the scheduled set.
+            await store.info(time.time())  # a store's first info counts once
+            costs[size]["info"] = await measure(lambda: store.info(time.time()))
+            (bulk,) = (await store.info(time.time())).queues
+            assert (bulk.size, bulk.scheduled) == (size, size)
         finally:
             keys = [k async for k in store.redis.scan_iter(match=prefix + "*", count=10_000)]
             for i in range(0, len(keys), 10_000):
@@ -130,6 +136,7 @@ async def test_redis_runs_as_many_commands_for_page_2_of_any_size(redis_server) 
             await store.close()
     assert_bounded(costs[SMALL], costs[LARGE])
     assert all(0 < n < 12 * LIMIT for n in costs[LARGE].values()), costs  # a few per job
+    assert costs[LARGE]["info"] == costs[SMALL]["info"] < 30, costs
 
 
 async def test_postgres_plans_read_a_bounded_number_of_rows(

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from batchy.jobs import Queue, Worker
+from batchy.jobs import Envelope, Info, Outcome, Queue, Worker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -66,3 +70,85 @@ async def test_finished_jobs_leave_only_their_kept_result(rqueue: Queue) -> None
     assert await r.zcard(p + "leases") == 0
     assert await r.hlen(p + "owner") == 0
     assert [k async for k in r.scan_iter(match=p + "result:*")] == []
+
+
+async def recount(backend: Any) -> dict[tuple[str, str], int]:
+    """Scheduled and retrying jobs per queue, counted from the sets themselves."""
+    r, p = backend.redis, backend.prefix
+    counts: dict[tuple[str, str], int] = {}
+    for zset, state in (("sched", "scheduled"), ("retry", "retrying")):
+        for job_id in await r.zrange(p + zset, 0, -1):
+            meta = await r.hget(p + "meta", job_id)
+            if meta is not None:
+                key = (meta.split("\t")[0], state)
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def counted(info: Info) -> dict[tuple[str, str], int]:
+    out = {}
+    for q in info.queues:
+        for state, n in (("scheduled", q.scheduled), ("retrying", q.retrying)):
+            if n:
+                out[(q.name, state)] = n
+    return out
+
+
+# Each step: (what, queue, seconds); the store's own clock decides what is due.
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["push", "push_later", "claim_retry", "claim_done", "run_now", "delete", "wait"]
+        ),
+        st.sampled_from(["a", "b"]),
+        st.sampled_from([0.0, 0.05, 30.0]),
+    ),
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=STEPS)
+async def test_info_counts_what_the_sets_hold_after_any_steps(
+    redis_server: tuple[str, int], steps: list[tuple[str, str, float]]
+) -> None:
+    """``info`` reads per-queue counters kept beside the sets; they never drift from them."""
+    from batchy_contrib.jobs.redis import RedisBackend
+
+    host, port = redis_server
+    backend = RedisBackend(f"redis://{host}:{port}/11", prefix=f"rtest:{uuid.uuid4().hex[:8]}:")
+    ids = iter(range(10_000))
+    waiting: list[str] = []  # ids that may be scheduled or retrying
+    try:
+        await backend.info(time.time())  # a new store: counters from the start
+        for what, q, seconds in steps:
+            now = time.time()
+            if what in ("push", "push_later"):
+                job_id = f"j{next(ids)}"
+                due = now + seconds if what == "push_later" else None
+                await backend.push([Envelope(job_id, q, '{"job":"x"}', due=due)], now)
+                waiting.append(job_id)
+            elif what in ("claim_retry", "claim_done"):
+                claims = await backend.cycle([], [q], 3, "w", 30.0, now)
+                kind = "retry" if what == "claim_retry" else "done"
+                outcomes = [
+                    Outcome(c.id, kind, q, c.payload, due=now + seconds, token=c.token)
+                    for c in claims
+                ]
+                await backend.cycle(outcomes, [q], 0, "w", 30.0, now)
+            elif what == "wait":
+                await asyncio.sleep(min(seconds, 0.06))  # retries and delays fall due
+            elif waiting:
+                job_id = waiting[int(seconds) % len(waiting)]
+                await backend.act(what, [job_id], now)  # refused unless it waits: fine
+            assert counted(await backend.info(time.time())) == await recount(backend)
+        # A store written before the counters existed counts its sets once.
+        await backend.redis.delete(backend.prefix + "n:ok", backend.prefix + "n:sched")
+        assert counted(await backend.info(time.time())) == await recount(backend)
+    finally:
+        keys = [k async for k in backend.redis.scan_iter(match=backend.prefix + "*")]
+        if keys:
+            await backend.redis.delete(*keys)
+        await backend.close()
