@@ -77,35 +77,29 @@ class PostgresOperating:
 
     # -- the dead set --------------------------------------------------------------------
 
-    async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
-        s = self.names.sql
+    async def _dead_rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
         async with (await self.pool()).connection() as conn:
-            rows = await _rows(
-                conn,
-                s("SELECT id, queue, payload, reason, traceback, died, okey FROM {s}.dead "
-                  "ORDER BY died DESC LIMIT %s"),
-                (limit,),
-            )  # fmt: skip
+            return await _rows(conn, self.names.sql(sql), params)
+
+    async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
+        rows = await self._dead_rows(
+            "SELECT id, queue, payload, reason, traceback, died, okey FROM {s}.dead "
+            "ORDER BY died DESC LIMIT %s",
+            (limit,),
+        )
         return [DeadJob(*row) for row in rows]
 
     async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
-        async with (await self.pool()).connection() as conn:
-            ((moved,),) = await _rows(
-                conn,
-                self.names.sql("SELECT {s}.retry_dead(%s::text[])"),
-                (None if ids is None else list(ids),),
-            )
+        chosen = None if ids is None else list(ids)
+        ((moved,),) = await self._dead_rows("SELECT {s}.retry_dead(%s::text[])", (chosen,))
         return int(moved or 0)
 
     async def delete_dead(self, ids: Sequence[str] | None) -> int:
-        s = self.names.sql
-        async with (await self.pool()).connection() as conn:
-            rows = await _rows(
-                conn,
-                s("DELETE FROM {s}.dead WHERE %s::text[] IS NULL OR id = ANY(%s::text[]) "
-                  "RETURNING 1"),
-                (None if ids is None else list(ids),) * 2,
-            )  # fmt: skip
+        chosen = None if ids is None else list(ids)
+        rows = await self._dead_rows(
+            "DELETE FROM {s}.dead WHERE %s::text[] IS NULL OR id = ANY(%s::text[]) RETURNING 1",
+            (chosen, chosen),
+        )
         return len(rows)
 
     async def list_jobs(
