@@ -6,7 +6,7 @@ modes (``ANSI_QUOTES``). A strict allow-list (letters, digits, underscore) is
 the only rule that is safe everywhere. Keys are always bound parameters.
 
 Why keys go with positions (:func:`keyed_sql`): so that the server, not Python,
-says which key each row matched (see :mod:`._sql_match`). :meth:`one` and
+says which key each row matched (see :mod:`._match`). :meth:`one` and
 :meth:`many` send each key with its position in the batch, as a small derived
 table joined to the table on ``t.key = k.key``::
 
@@ -24,7 +24,17 @@ MySQL gets ``WHERE t.key IN (...)`` as well: without it, an unindexed column
 whose collation differs from the connection's is joined by a block nested
 loop (rows x keys comparisons; seconds for 1,000 keys on 200,000 rows); with
 it the server filters the table first. On MariaDB the derived table is a
-``VALUES`` list (faster to parse than ``UNION ALL SELECT``, which MySQL needs).
+``VALUES`` list (faster to parse than ``UNION ALL SELECT``, which MySQL needs),
+and the statement runs with ``SET STATEMENT join_cache_level=6 FOR``, which
+lets the optimizer join an unindexed column by hashing the keys (BNLH) and an
+indexed one by batched key access, instead of a nested loop. So text keys
+against a column MariaDB reported as a text column (``VARCHAR``, ``CHAR``,
+``ENUM``, ``UUID``; not ``TEXT`` or ``JSON``, which it does not hash-join) go
+without the ``IN`` filter: each key sent once, the statement half as long, and
+matching costs a few per cent over a plain ``IN`` instead of a third (see
+``docs/benchmarks.rst``). Other batches keep the filter: a text key against an
+``INT`` or ``DATETIME`` column compares as a number or a date, which neither
+an index nor a hash join serves.
 SQLite plans the join well with an index on the key column; the same ``IN``
 filter there costs 10-15% with one and does not save the unindexed case.
 
@@ -97,7 +107,11 @@ class Dialect:
     quote: str  # the identifier quote character
     param: str  # the placeholder of one bound parameter
     keys_table: Literal["cte", "values", "union", "array"]  # how keys and positions are listed
-    in_filter: bool  # also filter the table with IN (see _sql_match)
+    in_filter: bool  # also filter the table with IN (see the module docstring)
+    #: Put before every keyed statement: MariaDB's ``SET STATEMENT ... FOR``.
+    keyed_prefix: str = ""
+    #: Text keys against a text column may go without the IN filter.
+    text_unfiltered: bool = False
 
     @property
     def array(self) -> bool:
@@ -163,11 +177,12 @@ class Select:
     order: str  # "" or ' ORDER BY t."id" DESC'
 
 
-def keyed_sql(select: Select, n: int, d: Dialect) -> str:
+def keyed_sql(select: Select, n: int, d: Dialect, filtered: bool = True) -> str:
     """The statement for ``n`` keys: each row with the position of the key it matched.
 
     Its placeholders take the keys in order, twice over with ``d.in_filter``
-    (once for the positions, once for the ``IN`` filter): see :func:`repeats`.
+    and ``filtered`` (once for the positions, once for the ``IN`` filter): see
+    :func:`repeats`.
     """
     s = select
     if d.array:
@@ -192,16 +207,16 @@ def keyed_sql(select: Select, n: int, d: Dialect) -> str:
             rest = " UNION ALL SELECT " + " UNION ALL SELECT ".join(r[1:-1] for r in rows[1:])
         head = ""
         source = f"({first}{rest}) AS k"
-    where = f" WHERE t.{s.key} IN {d.params(n)}" if d.in_filter else ""
+    where = f" WHERE t.{s.key} IN {d.params(n)}" if d.in_filter and filtered else ""
     return (
-        f"{head}SELECT k.{POS}, {s.columns} FROM {source} "
+        f"{d.keyed_prefix}{head}SELECT k.{POS}, {s.columns} FROM {source} "
         f"JOIN {s.table} AS t ON t.{s.key} = k.{KEY}{where}{s.order}"
     )
 
 
-def repeats(d: Dialect) -> int:
+def repeats(d: Dialect, filtered: bool = True) -> int:
     """How many times :func:`keyed_sql`'s statement takes its keys, in order."""
-    return 2 if d.in_filter else 1
+    return 2 if d.in_filter and filtered else 1
 
 
 #: "(0, ?)", "(1, ?)", ...: built once per placeholder style, since the keyed
@@ -218,7 +233,7 @@ def _rows_of(param: str, n: int) -> list[str]:
 
 
 def plain_sql(select: Select, n: int, d: Dialect) -> str:
-    """``WHERE key IN (...)``: for keys Python matches exactly (see :mod:`._sql_match`)."""
+    """``WHERE key IN (...)``: for keys Python matches exactly (see :mod:`._match`)."""
     s = select
     return f"SELECT {s.columns} FROM {s.table} AS t WHERE t.{s.key} {d.in_keys(n)}{s.order}"
 

@@ -8,8 +8,8 @@ their positions), ``_rows`` (run one statement and return dicts),
 kind of failure an exception is); one that binds the keys otherwise than one
 placeholder each (PostgreSQL: one array) overrides ``_key_rows`` too. Everything
 users see — ``one``, ``many``, ``query`` and their errors — lives here and in
-:mod:`._sql_build` (the statements), :mod:`._sql_match` (rows to keys) and
-:mod:`._sql_errors` (the messages) once, so the backends cannot drift apart.
+:mod:`._build` (the statements), :mod:`._match` (rows to keys) and
+:mod:`._errors` (the messages) once, so the backends cannot drift apart.
 
 Why bad keys are checked here: one key the driver cannot bind (a tuple, a
 ``Decimal`` on SQLite) would otherwise fail the whole statement, and with it
@@ -49,7 +49,7 @@ from ._errors import (
     unencodable_key,
     unreadable_key,
 )
-from ._match import Match
+from ._match import Match, Seen
 
 __all__ = ["Dialect", "KeysRejected", "Row", "SQLDatabase", "identifier"]
 
@@ -79,8 +79,8 @@ class SQLDatabase(abc.ABC):
     def __init__(self, host: str, *, timeout: float | None) -> None:
         self.host = host
         self.timeout = timeout
-        #: (table, key column) pairs seen to return only ints (see :mod:`._sql_match`).
-        self._int_columns: set[tuple[str, str]] = set()
+        #: What its key columns were seen to hold (see :mod:`._match`).
+        self._seen = Seen()
 
     # -- what a backend supplies ----------------------------------------------------
 
@@ -93,11 +93,12 @@ class SQLDatabase(abc.ABC):
         encode some parameters and nothing was sent.
         """
 
-    async def _key_rows(self, sql: str, keys: list[Any], positional: bool) -> list[Row]:
-        """Run one loader statement for ``keys``, one placeholder each (``positional``: with
-        their positions too, see :func:`keyed_sql`); raise :class:`KeysRejected` as ``_rows``.
+    async def _key_rows(self, sql: str, keys: list[Any], repeat: int, match: Match) -> list[Row]:
+        """Run one loader statement for ``keys``, one placeholder each, ``repeat`` times over
+        (see :func:`repeats`); raise :class:`KeysRejected` as ``_rows``. A backend that
+        learns what the key column is from the result tells ``match`` here.
         """
-        return await self._rows(sql, keys, repeat=repeats(self.dialect) if positional else 1)
+        return await self._rows(sql, keys, repeat=repeat)
 
     @abc.abstractmethod
     def _bind_problem(self, key: Any) -> str | None:
@@ -173,7 +174,7 @@ class SQLDatabase(abc.ABC):
         """
         spec = self._select(table, key, columns, None)
         name = name or f"{table}_by_{key}"
-        match = Match(name, key, False, row, table=table, int_columns=self._int_columns)
+        match = Match(name, key, False, row, table=table, seen=self._seen)
         keyed, plain = self._keyed(spec), self._plain(spec)
         return self._loader(match, keyed, plain, row, max_batch_size, max_concurrency, cache)
 
@@ -228,7 +229,7 @@ class SQLDatabase(abc.ABC):
         """
         spec = self._select(table, key, columns, order_by)
         name = name or f"{table}_by_{key}"
-        match = Match(name, key, True, row, table=table, int_columns=self._int_columns)
+        match = Match(name, key, True, row, table=table, seen=self._seen)
         keyed, plain = self._keyed(spec), self._plain(spec)
         return self._loader(match, keyed, plain, row, max_batch_size, max_concurrency, cache)
 
@@ -290,10 +291,10 @@ class SQLDatabase(abc.ABC):
     ) -> Select:
         return select(self.dialect, table, key, columns, order_by)
 
-    def _keyed(self, spec: Select) -> Callable[[int], str]:
-        def statement(n: int) -> str:
+    def _keyed(self, spec: Select) -> Callable[[int, bool], str]:
+        def statement(n: int, filtered: bool) -> str:
             # self.dialect is read per batch: MySQL learns MariaDB's faster form later.
-            return keyed_sql(spec, n, self.dialect)
+            return keyed_sql(spec, n, self.dialect, filtered)
 
         return statement
 
@@ -306,7 +307,7 @@ class SQLDatabase(abc.ABC):
     def _loader(
         self,
         match: Match,
-        keyed: Callable[[int], str] | None,
+        keyed: Callable[[int, bool], str] | None,
         plain: Callable[[int], str],
         row: Callable[..., Any] | None,
         max_batch_size: int | None,
@@ -336,7 +337,7 @@ class SQLDatabase(abc.ABC):
     async def _load(
         self,
         match: Match,
-        keyed: Callable[[int], str] | None,
+        keyed: Callable[[int, bool], str] | None,
         plain: Callable[[int], str],
         keys: list[Any],
     ) -> list[Any]:
@@ -360,11 +361,18 @@ class SQLDatabase(abc.ABC):
                     # Positions cost a join and a column; an int key against a column
                     # seen to hold ints compares the same in Python, so skip them.
                     positional = keyed is not None and not match.exact_in_python(batch)
-                    sql = (
-                        keyed(len(batch)) if keyed is not None and positional else plain(len(batch))
-                    )
+                    repeat = 1
+                    if keyed is not None and positional:
+                        # Text against text needs no IN filter where the dialect
+                        # hash-joins (MariaDB: see _build's module docstring).
+                        d = self.dialect
+                        filtered = not (d.text_unfiltered and match.text_against_text(batch))
+                        sql = keyed(len(batch), filtered)
+                        repeat = repeats(d, filtered)
+                    else:
+                        sql = plain(len(batch))
                     try:
-                        rows = await self._key_rows(sql, batch, positional)
+                        rows = await self._key_rows(sql, batch, repeat, match)
                     except KeysRejected as rejected:
                         if not rejected.bad:
                             raise

@@ -5,7 +5,7 @@ so, under the column's collation and type rules. ``'ADA'`` equals ``'ada'`` in
 a ``utf8mb4_general_ci`` or ``COLLATE NOCASE`` column, ``'trail'`` equals
 ``'traíl'`` in an accent-insensitive one, ``'7'`` equals ``7`` in an INT column;
 Python says no to all three. So :meth:`one` and :meth:`many` send the keys with
-their positions (:mod:`._sql_build`), and each row comes back with the position
+their positions (:mod:`._build`), and each row comes back with the position
 of every key it matched: ``'ADA'`` and ``'ada'`` in one batch both get the row.
 
 Positions cost a join and a column. Where Python is exact they are skipped:
@@ -17,6 +17,12 @@ database, table and column, not per loader: loaders made per request (or per
 test) over the same column skip the positions from their first batch. If such
 a column ever returns something else (ALTER TABLE), the batch is asked again
 with positions, and every loader of that column learns it.
+
+MariaDB learns one more thing per column: whether it is a text column
+(``VARCHAR``, ``CHAR``, ``ENUM``, ``UUID``: the type the server reports for it,
+see :meth:`Match.learn_text`). Text keys against such a column need no
+``IN`` filter beside the positions (:mod:`._build`), which halves the
+statement; any other batch keeps the filter.
 
 :meth:`query` runs your SQL, which batchy cannot rewrite, so its rows are
 matched to keys by Python equality on the key column: there, keys must equal
@@ -35,7 +41,7 @@ from batchy import LoaderError, short_repr
 
 from ._build import POS
 
-__all__ = ["KeyTypeWarning", "Match"]
+__all__ = ["KeyTypeWarning", "Match", "Seen"]
 
 Row = dict[str, Any]
 
@@ -44,10 +50,23 @@ class KeyTypeWarning(UserWarning):
     """Keys of one type found no rows while the rows found hold another type in the key column."""
 
 
+class Seen:
+    """What one database's key columns were seen to hold, as ``(table, column)`` pairs.
+
+    Shared by every loader of the database, so a loader made per request gains too.
+    """
+
+    __slots__ = ("ints", "texts")
+
+    def __init__(self) -> None:
+        self.ints: set[tuple[str, str]] = set()  # returned only ints so far
+        self.texts: set[tuple[str, str]] = set()  # the server reported a text type
+
+
 class Match:
     """How one loader's rows reach its keys; what the database learnt of its column; warn once."""
 
-    __slots__ = ("column", "int_columns", "key", "many", "name", "row", "warned")
+    __slots__ = ("column", "key", "many", "name", "row", "seen", "warned")
 
     def __init__(
         self,
@@ -57,35 +76,46 @@ class Match:
         row: Callable[..., Any] | None,
         *,
         table: str = "",
-        int_columns: set[tuple[str, str]] | None = None,
+        seen: Seen | None = None,
     ) -> None:
         self.name = name
         self.key = key
         self.many = many
         self.row = row
         self.column = (table, key)
-        # The database's (table, column) pairs seen to return only ints: shared
-        # by every loader of the database, so a loader made per request gains too.
-        self.int_columns = int_columns if int_columns is not None else set()
+        self.seen = seen if seen is not None else Seen()
         self.warned = False
 
     @property
     def int_column(self) -> bool:
         """The key column returned only ints so far."""
-        return self.column in self.int_columns
+        return self.column in self.seen.ints
 
     @int_column.setter
     def int_column(self, value: bool) -> None:
         if value:
-            self.int_columns.add(self.column)
+            self.seen.ints.add(self.column)
         else:
-            self.int_columns.discard(self.column)
+            self.seen.ints.discard(self.column)
 
     def exact_in_python(self, keys: list[Any]) -> bool:
         """True if Python's == gives these keys the rows the server would (no positions needed)."""
         if not self.int_column:
             return False
         return all(type(k) is int or k is None for k in keys)
+
+    def text_against_text(self, keys: list[Any]) -> bool:
+        """True if these keys are text and the column was last reported a text column."""
+        if self.column not in self.seen.texts:
+            return False
+        return all(type(k) is str or k is None for k in keys)
+
+    def learn_text(self, text: bool) -> None:
+        """Record what the server just reported the key column to be: text or not."""
+        if text:
+            self.seen.texts.add(self.column)
+        else:
+            self.seen.texts.discard(self.column)
 
     def still_ints(self, rows: list[Row]) -> bool:
         """After a batch without positions: did the column return only ints, as it used to?"""

@@ -38,6 +38,7 @@ from typing import Any
 
 import aiomysql
 import pymysql
+from pymysql.constants import FIELD_TYPE
 
 from batchy import LoaderError, UsageError, short_repr
 
@@ -51,7 +52,7 @@ from ..errors import (
 from ._core import Dialect, KeysRejected, Row, SQLDatabase, identifier
 from ._errors import CONTAINERS, Kind, refusal
 from ._loops import EventLoopError, PerLoop, foreign_loop, running_loop
-from ._match import KeyTypeWarning
+from ._match import KeyTypeWarning, Match
 from ._mysql_pools import abandon_pool, acquire, close_pool, url_options
 
 __all__ = [
@@ -71,7 +72,19 @@ __all__ = [
 
 #: Until the first connection says MariaDB: UNION ALL SELECT, which every server parses.
 MYSQL = Dialect("mysql", "`", "%s", keys_table="union", in_filter=True)
-MARIADB = Dialect("mariadb", "`", "%s", keys_table="values", in_filter=True)
+#: Hash joins for unindexed key columns, batched key access for indexed ones (see _build).
+MARIADB = Dialect(
+    "mariadb",
+    "`",
+    "%s",
+    keys_table="values",
+    in_filter=True,
+    keyed_prefix="SET STATEMENT join_cache_level=6 FOR ",
+    text_unfiltered=True,
+)
+#: Column types MariaDB hash-joins with text keys: CHAR, VARCHAR, and ENUM, SET,
+#: UUID, INET6 (sent as STRING). Not TEXT or JSON (BLOB): JSON is nested-loop joined.
+_TEXT_TYPES = frozenset({FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING})
 
 #: What PyMySQL encodes (bytes by us); bool, datetime are subclasses of int, date.
 _BINDS = (
@@ -186,7 +199,22 @@ class Database(SQLDatabase):
             raise EventLoopError(foreign_loop(self.host, home, driver="aiomysql", module="mysql"))
         return pool
 
-    async def _rows(self, sql: str, params: Sequence[Any], *, repeat: int = 1) -> list[Row]:
+    async def _key_rows(self, sql: str, keys: list[Any], repeat: int, match: Match) -> list[Row]:
+        types: dict[str, int] = {}
+        rows = await self._rows(sql, keys, repeat=repeat, types=types)
+        # Learnt from every result, so an ALTER TABLE is seen at the next batch.
+        match.learn_text(types.get(match.key) in _TEXT_TYPES)
+        return rows
+
+    async def _rows(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        *,
+        repeat: int = 1,
+        types: dict[str, int] | None = None,
+    ) -> list[Row]:
+        """Run one statement; ``types`` (if given) gets each column's type as the server sent it."""
         pool = await self._pool()
         conn = await acquire(pool)
         healthy = True  # until a statement is under way
@@ -206,6 +234,8 @@ class Database(SQLDatabase):
             async with conn.cursor(aiomysql.DictCursor) as cur:
                 await cur.execute(sql)
                 rows = await cur.fetchall()
+                if types is not None and cur.description:
+                    types.update((c[0], c[1]) for c in cur.description)
             healthy = True
             return list(rows)
         except pymysql.err.MySQLError as error:

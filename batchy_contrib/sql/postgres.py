@@ -57,7 +57,7 @@ from ..errors import (
 from ._core import Dialect, KeysRejected, Row, SQLDatabase, identifier
 from ._errors import CONTAINERS, Kind, refusal
 from ._loops import EventLoopError, PerLoop, foreign_loop, running_loop
-from ._match import KeyTypeWarning
+from ._match import KeyTypeWarning, Match
 from ._postgres_keys import client_side, key_array, unencodable, unreadable
 from ._postgres_pools import (
     Pool,
@@ -231,7 +231,7 @@ class Database(SQLDatabase):
             await cur.execute(sql, list(params) * repeat if repeat > 1 else params)
             return await cur.fetchall() if cur.description is not None else []
 
-    async def _key_rows(self, sql: str, keys: list[Any], positional: bool) -> list[Row]:
+    async def _key_rows(self, sql: str, keys: list[Any], repeat: int, match: Match) -> list[Row]:
         # One array, whatever the statement (module docstring of _postgres_keys).
         try:
             return await self._rows(sql, [key_array(keys)])

@@ -293,9 +293,9 @@ async def test_loaders_made_per_request_share_what_the_column_holds(db: Any) -> 
     sent: list[str] = []
     rows = db._rows
 
-    async def recording(sql: str, params: Any, *, repeat: int = 1) -> Any:
+    async def recording(sql: str, params: Any, **options: Any) -> Any:
         sent.append(sql)
-        return await rows(sql, params, repeat=repeat)
+        return await rows(sql, params, **options)
 
     db._rows = recording
     for _ in range(3):
