@@ -52,7 +52,7 @@ from ._model import (
     WorkerInfo,
 )
 from ._queue import Periodic, Queue
-from ._records import JobInfo, JobPage, PeriodicInfo, ShardInfo, StoredJob
+from ._records import JobInfo, JobPage, PeriodicInfo, RunInfo, ShardInfo, StoredJob
 from ._retry import DEFAULT_RETRIES, Backoff, NoRetry, Retry, sidekiq_backoff
 from ._sharded import ShardedJob
 from ._sqlite import SQLiteBackend
@@ -104,6 +104,7 @@ __all__ = [
     "QueueInfo",
     "ResultNotKept",
     "Retry",
+    "RunInfo",
     "Running",
     "SQLiteBackend",
     "Schedule",

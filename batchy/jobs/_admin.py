@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import _clock
 from ._errors import ConfigError, JobNotFound, JobStateError, PayloadError
 from ._model import Claimed, Info, KeyInfo, Message, Serializer, WorkerInfo, decode
-from ._records import LIST_STATES, JobInfo, JobPage, PeriodicInfo, ShardInfo, StoredJob
+from ._records import LIST_STATES, JobInfo, JobPage, PeriodicInfo, RunInfo, ShardInfo, StoredJob
 from ._sharded import ShardedJob
 from ._ticks import PeriodicLike
 
@@ -240,14 +240,22 @@ class Admin:
             for p in self.queue.periodics
         ]
 
+    async def runs(self, job: str | ShardedJob, limit: int = 20) -> list[RunInfo]:
+        """The latest ``limit`` runs of sharded job ``job`` (its name or itself), each
+        with its shards; the store remembers a run a week after its start (or the
+        job's ``keep_result``, if longer)."""
+        sharded = self._sharded(job)
+        if type(limit) is not int or not 1 <= limit <= 1000:
+            raise ConfigError(f"runs limit={limit!r} must be an int from 1 to 1000")
+        found = await self.backend.runs(sharded.name, _clock.now(), sharded.remembered, limit)
+        return [
+            RunInfo(sharded.name, run, started, tuple(await self.shards(sharded, run)))
+            for run, started in found
+        ]
+
     async def shards(self, job: str | ShardedJob, run: str = "default") -> list[ShardInfo]:
         """Where each shard of sharded job ``job`` (its name or itself) is in ``run``."""
-        sharded = job if isinstance(job, ShardedJob) else self.queue.sharded_jobs.get(job)
-        if sharded is None:
-            raise ConfigError(
-                f"{job!r} is not a sharded job of this queue; it declares "
-                f"{', '.join(sorted(self.queue.sharded_jobs)) or 'none'}"
-            )
+        sharded = self._sharded(job)
         out = []
         now = _clock.now()
         for shard in range(sharded.shards):
@@ -263,6 +271,15 @@ class Admin:
             cursor = info.args[2] if len(info.args) > 2 else None
             out.append(ShardInfo(shard, info.state, cursor, info.worker, error=info.error))
         return out
+
+    def _sharded(self, job: str | ShardedJob) -> ShardedJob:
+        sharded = job if isinstance(job, ShardedJob) else self.queue.sharded_jobs.get(job)
+        if sharded is None:
+            raise ConfigError(
+                f"{job!r} is not a sharded job of this queue; it declares "
+                f"{', '.join(sorted(self.queue.sharded_jobs)) or 'none'}"
+            )
+        return sharded
 
     # -- acting ----------------------------------------------------------------------
 

@@ -80,6 +80,9 @@ every backend:
   on. A store may drop minutes older than :data:`COUNTS_KEPT` before the
   ``now`` of a call. The default keeps them in this object, which the memory
   store needs; stores shared between processes keep them in the store.
+- Sharded runs (:class:`batchy.jobs.ShardedJob`): ``note_run`` records a run's
+  start, ``runs`` lists one sharded job's runs latest first, without scanning
+  its jobs. The default, again, keeps them in this object.
 """
 
 from __future__ import annotations
@@ -263,6 +266,31 @@ class Backend(abc.ABC):
         """The counters of minute ``since`` (a Unix minute) and later, summed over all workers."""
         kept: dict[tuple[int, str], int] = self.__dict__.get("_activity_counts", {})
         return {k: v for k, v in kept.items() if k[0] >= since}
+
+    # -- sharded runs (batchy.jobs.ShardedJob) -------------------------------------------
+
+    async def note_run(self, name: str, run: str, now: float, keep: float) -> None:
+        """Record that ``run`` of sharded job ``name`` started at ``now``, so
+        :meth:`runs` can list it without a scan; forget that job's runs started
+        more than ``keep`` seconds ago (its shards' results are gone by then).
+
+        The default keeps them in this object, for this process only: stores
+        shared between processes override both methods.
+        """
+        kept: dict[str, dict[str, float]] = self.__dict__.setdefault("_sharded_runs", {})
+        runs = kept.setdefault(name, {})
+        runs[run] = now
+        for old in [r for r, started in runs.items() if started < now - keep]:
+            del runs[old]
+
+    async def runs(
+        self, name: str, now: float, keep: float, limit: int = 50
+    ) -> list[tuple[str, float]]:
+        """Up to ``limit`` runs of sharded job ``name`` started in the last ``keep``
+        seconds, as ``(run, started)``, the latest first."""
+        kept: dict[str, dict[str, float]] = self.__dict__.get("_sharded_runs", {})
+        found = [(r, t) for r, t in kept.get(name, {}).items() if t >= now - keep]
+        return sorted(found, key=lambda rt: (-rt[1], rt[0]))[:limit]
 
     # -- operating (batchy.jobs.Admin) ---------------------------------------------------
 

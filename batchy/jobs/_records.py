@@ -126,6 +126,26 @@ class ShardInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One run of a sharded job: its name, when it was (last) started, and its shards."""
+
+    job: str
+    run: str
+    started: float
+    shards: tuple[ShardInfo, ...]
+
+    @property
+    def done(self) -> int:
+        """How many shards have finished."""
+        return sum(s.state == "done" for s in self.shards)
+
+    @property
+    def failed(self) -> int:
+        """How many shards are dead, cancelled or waiting to retry."""
+        return sum(s.state in ("dead", "cancelled", "retrying") for s in self.shards)
+
+
+@dataclass(frozen=True, slots=True)
 class PeriodicInfo:
     """A periodic job type: its name, queue, schedule and next tick (a Unix time)."""
 

@@ -25,7 +25,10 @@ and its stale cursor is never written over the new owner's.
 
 A run is done when every shard's job is done (results are kept ``keep_result``
 seconds, a week by default). Starting a run whose shards are still in the store
-does nothing; starting it again once done runs it again from the start.
+does nothing; starting it again once done runs it again from the start. The
+store remembers each run's start for as long (:meth:`Backend.note_run`), so
+``queue.admin.runs(job)``, ``batchy info`` and the dashboard list the runs
+without scanning the jobs.
 """
 
 from __future__ import annotations
@@ -100,6 +103,11 @@ class ShardedJob:
     def __repr__(self) -> str:
         return f"<batchy.jobs.ShardedJob {self.name} shards={self.shards}>"
 
+    @property
+    def remembered(self) -> float:
+        """Seconds the store lists a run after its start: its results' keep, at least a week."""
+        return max(self.job.keep_result, SHARD_KEEP)
+
     def shard_id(self, run: str, shard: int) -> str:
         """The job id of one shard of one run."""
         return f"{self.name}:{run}:{shard}"
@@ -119,7 +127,11 @@ class ShardedJob:
             self.queue._announce(message)  # before encoding: hooks may write headers
             payload = encode(message, self.queue.serializer)
             envelopes.append(Envelope(message.id, message.queue, payload))
-        return sum(await self.queue.backend.push(envelopes, now))
+        backend = self.queue.backend
+        started = sum(await backend.push(envelopes, now))
+        if started:  # listed by Admin.runs while its shards' results are kept
+            await backend.note_run(self.name, run, now, self.remembered)
+        return started
 
     async def status(self, run: str = "default") -> list[JobStatus]:
         """Each shard's status (``done`` once finished, until its result expires)."""

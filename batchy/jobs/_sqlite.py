@@ -58,6 +58,7 @@ from ._records import StoredJob
 from ._sqlite_admin import act, list_jobs, read_job, retry_dead, select_dead
 from ._sqlite_counts import add_counts, read_counts
 from ._sqlite_read import read_info, read_keys, read_status
+from ._sqlite_runs import note_run, runs
 from ._sqlite_tx import Transaction as _Transaction
 from ._sqlite_tx import advance, check_app_connection, entry_state
 from ._sqlite_tx import chunks as _chunks
@@ -401,6 +402,16 @@ class SQLiteBackend(Backend):
     async def read_counts(self, since: int, now: float) -> dict[tuple[int, str], int]:
         with self._lock:  # reads too: never inside another thread's transaction
             return read_counts(self._db, since)
+
+    async def note_run(self, name: str, run: str, now: float, keep: float) -> None:
+        with self._tx():
+            note_run(self._db, name, run, now, keep)
+
+    async def runs(
+        self, name: str, now: float, keep: float, limit: int = 50
+    ) -> list[tuple[str, float]]:
+        with self._lock:
+            return runs(self._db, name, now, keep, limit)
 
     async def close(self) -> None:
         self._wakeups.close()

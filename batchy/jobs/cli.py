@@ -35,9 +35,14 @@ _APP = "module:attribute naming the Queue (default $BATCHY_APP)"
 
 def add_commands(sub: Any) -> None:
     """Add ``info``, ``jobs`` and ``dead`` to the subparsers ``sub`` of ``batchy``."""
-    info = sub.add_parser("info", help="queues, dead jobs, live workers, busiest/stalled keys")
+    info = sub.add_parser(
+        "info", help="queues, dead jobs, live workers, busiest/stalled keys, sharded runs"
+    )
     info.add_argument("app", nargs="?", help=_APP)
     info.add_argument("--keys", type=int, default=10, help="ordering keys to show per list")
+    info.add_argument(
+        "--runs", type=int, default=5, help="latest runs to show per sharded job (default 5)"
+    )
 
     jobs = sub.add_parser("jobs", help="list, show, delete, run now or cancel jobs")
     jobs.add_argument(
@@ -112,6 +117,15 @@ async def info(queue: Queue, args: argparse.Namespace) -> int:
         print("periodic jobs:")
         for p in periodics:
             print(f"  {p.name}  queue={p.queue}  {p.schedule}  next {_at(p.next_run, now)}")
+    for name, sharded in sorted(queue.sharded_jobs.items()):
+        runs = await admin.runs(sharded, limit=args.runs)
+        print(f"sharded job {name} ({sharded.shards} shards):" + ("" if runs else " no runs"))
+        for r in runs:
+            failing = f", {r.failed} failing" if r.failed else ""
+            print(
+                f"  run {r.run}  started {_at(r.started, now)}  "
+                f"{r.done}/{len(r.shards)} shards done{failing}"
+            )
     return 0
 
 

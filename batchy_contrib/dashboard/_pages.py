@@ -5,13 +5,14 @@ ordered keys, sharded runs and batching; each reads ``queue.admin`` and the acti
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from batchy.jobs import Activity, ConfigError, ShardedJob, ShardInfo
+from batchy.jobs import Activity, ConfigError, ShardInfo
 
 from ._charts import Series, bars, lines, sparkline
 from ._dashboard import of
@@ -22,8 +23,8 @@ __all__ = ["ROUTES"]
 STATES = ("queued", "scheduled", "retrying", "running", "blocked", "dead", "done")
 #: Jobs per page of a listing, unless the page asks for another number.
 PAGE = 50
-#: Jobs of each state examined to find a sharded job's runs (the shard jobs' ids name them).
-RUN_SCAN = 500
+#: Runs shown per sharded job, latest first.
+RUNS = 20
 
 
 def _limit(request: Request, default: int = PAGE) -> int:
@@ -163,29 +164,12 @@ async def keys(request: Request) -> Response:
     return dash.render(request, "keys.html", context)
 
 
-async def _runs(request: Request, sharded: ShardedJob) -> list[str]:
-    """The runs of ``sharded`` the store still holds a shard of (shard ids are ``name:run:n``)."""
-    admin = of(request).admin
-    prefix = sharded.name + ":"
-    runs: set[str] = set()
-    for state in ("queued", "running", "retrying", "scheduled", "dead", "done"):
-        job = None if state == "done" else sharded.name  # done jobs keep no job type
-        page = await admin.jobs(state, job=job, limit=RUN_SCAN)
-        for found in page.jobs:
-            if found.id.startswith(prefix):
-                runs.add(found.id[len(prefix) :].rpartition(":")[0])
-    return sorted(runs)
-
-
-def _progress(shards: list[ShardInfo]) -> dict[str, Any]:
+def _run(run: str, started: float | None, shards: Sequence[ShardInfo]) -> dict[str, Any]:
     done = sum(s.state == "done" for s in shards)
     failed = sum(s.state in ("dead", "cancelled", "retrying") for s in shards)
-    return {
-        "done": done,
-        "total": len(shards),
-        "failed": failed,
-        "percent": math.floor(100 * done / len(shards)) if shards else 0,
-    }
+    percent = math.floor(100 * done / len(shards)) if shards else 0
+    progress = {"done": done, "total": len(shards), "failed": failed, "percent": percent}
+    return {"run": run, "started": started, "shards": shards, "progress": progress}
 
 
 async def shards(request: Request) -> Response:
@@ -194,13 +178,13 @@ async def shards(request: Request) -> Response:
     chosen_job, chosen_run = q.get("job"), q.get("run")
     sharded_jobs = []
     for name, sharded in sorted(dash.queue.sharded_jobs.items()):
-        runs = await _runs(request, sharded)
-        if chosen_job == name and chosen_run and chosen_run not in runs:
-            runs.append(chosen_run)  # asked for by name: show it, even if unknown
-        entries = []
-        for run in runs:
-            states = await dash.admin.shards(sharded, run)
-            entries.append({"run": run, "shards": states, "progress": _progress(states)})
+        # The runs the store remembers (Admin.runs), latest first.
+        found = await dash.admin.runs(sharded, limit=RUNS)
+        entries = [_run(r.run, r.started, r.shards) for r in found]
+        if chosen_job == name and chosen_run and chosen_run not in [r.run for r in found]:
+            # Asked for by name: show it, even if the store has forgotten its start.
+            states = await dash.admin.shards(sharded, chosen_run)
+            entries.insert(0, _run(chosen_run, None, states))
         sharded_jobs.append({"name": name, "shards": sharded.shards, "runs": entries})
     context = {"title": "Sharded runs", "sharded_jobs": sharded_jobs}
     return dash.render(request, "shards.html", context)

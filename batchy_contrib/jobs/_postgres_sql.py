@@ -20,7 +20,7 @@ from __future__ import annotations
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 3
+VERSION = 4
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -178,6 +178,13 @@ CREATE TABLE IF NOT EXISTS {s}.counts (
 );
 """
 
+# Version 4: the runs of sharded jobs, so they are listed without a scan (see _postgres_runs).
+_RUNS = """
+CREATE TABLE IF NOT EXISTS {s}.runs (
+    name text NOT NULL, run text NOT NULL, started float8 NOT NULL, PRIMARY KEY (name, run)
+);
+"""
+
 #: The current schema: tables, indexes and the step functions.
 SCHEMA = f"""
 CREATE TABLE {{s}}.jobs (
@@ -209,6 +216,7 @@ CREATE TABLE {{s}}.workers (id text PRIMARY KEY, info text NOT NULL, expires flo
 CREATE TABLE {{s}}.queues (name text PRIMARY KEY);
 {_OPERATING}
 {_COUNTS}
+{_RUNS}
 -- The store's clock: the only one that decides leases and due times.
 CREATE FUNCTION {{s}}.clock() RETURNS float8 LANGUAGE sql VOLATILE
 AS $$ SELECT extract(epoch FROM clock_timestamp())::float8 $$;
@@ -342,4 +350,4 @@ END $$;
 """
 
 #: ``MIGRATIONS[v]`` takes a schema from version ``v`` to ``v + 1``.
-MIGRATIONS: dict[int, str] = {1: _OPERATING + _CYCLE, 2: _COUNTS}
+MIGRATIONS: dict[int, str] = {1: _OPERATING + _CYCLE, 2: _COUNTS, 3: _RUNS}

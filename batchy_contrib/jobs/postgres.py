@@ -59,6 +59,7 @@ from batchy.jobs import (
 
 from . import _postgres_counts as _counts
 from . import _postgres_read as _read
+from . import _postgres_runs as _runs
 from ._postgres_admin import PostgresOperating
 from ._postgres_listen import Listener
 from ._postgres_schema import Names, SchemaVersionError, ensure_async, ensure_sync
@@ -379,6 +380,14 @@ class PostgresBackend(PostgresOperating, Backend):
 
     async def read_counts(self, since: int, now: float) -> dict[tuple[int, str], int]:
         return await _counts.read_counts(await self.pool(), self.names, since)
+
+    async def note_run(self, name: str, run: str, now: float, keep: float) -> None:
+        await _runs.note_run(await self.pool(), self.names, name, run, now, keep)
+
+    async def runs(
+        self, name: str, now: float, keep: float, limit: int = 50
+    ) -> list[tuple[str, float]]:
+        return await _runs.runs(await self.pool(), self.names, name, now, keep, limit)
 
     async def close(self) -> None:
         if self._listener is not None:

@@ -75,6 +75,7 @@ from batchy.jobs import (
 )
 
 from . import _redis_counts as _counts
+from . import _redis_runs as _runs
 from . import _redis_scripts as lua
 from . import _redis_views as views
 from ._redis_admin import RedisOperating
@@ -353,6 +354,14 @@ class RedisBackend(RedisOperating, views.RedisViews):
 
     async def read_counts(self, since: int, now: float) -> dict[tuple[int, str], int]:
         return await _counts.read_counts(self.redis, self.prefix, since, now)
+
+    async def note_run(self, name: str, run: str, now: float, keep: float) -> None:
+        await _runs.note_run(self.redis, self.prefix, name, run, now, keep)
+
+    async def runs(
+        self, name: str, now: float, keep: float, limit: int = 50
+    ) -> list[tuple[str, float]]:
+        return await _runs.runs(self.redis, self.prefix, name, now, keep, limit)
 
     async def close(self) -> None:
         if self._sync is not None:

@@ -124,6 +124,15 @@ async def test_workers_keys_and_shards(
     page = await client.get("/shards")
     run = re.search(r'data-run="2026-06">.*?data-done="(\d+)" data-total="(\d+)"', page.text, re.S)
     assert run and run.groups() == ("3", "4")
+    # Listed from the store's record of runs (Admin.runs), with when it started.
+    (recorded,) = await board.queue.admin.runs("reindex")
+    assert recorded.run == "2026-06" and (recorded.done, recorded.failed) == (3, 1)
+    started = re.search(r'<h3>run 2026-06 <small>started <time datetime="([^"]+)"', page.text)
+    assert (
+        started
+        and started.group(1)
+        == time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(recorded.started)) + "Z"
+    )
     states = await board.queue.admin.shards("reindex", "2026-06")
     assert [s.state for s in states] == ["done", "done", "done", "retrying"]
 

@@ -337,8 +337,18 @@ async def test_shards_and_periodic_jobs(queue: Queue) -> None:
     await drain(queue)
     shards = await queue.admin.shards("walk", "r1")
     assert [(s.state, s.batches) for s in shards] == [("done", 2)] * 3
-    with pytest.raises(ConfigError, match="'nope' is not a sharded job of this queue"):
-        await queue.admin.shards("nope")
+    assert await walk.start("r2") == 3
+    assert await walk.start("r2") == 0  # still going: not started again
+    r2, r1 = await queue.admin.runs("walk")
+    assert (r2.job, r2.run, r2.done, r2.failed, len(r2.shards)) == ("walk", "r2", 0, 0, 3)
+    assert (r1.run, r1.done, r1.shards) == ("r1", 3, tuple(shards))
+    assert time.time() - 60 < r1.started <= r2.started <= time.time()
+    assert [r.run for r in await queue.admin.runs(walk, limit=1)] == ["r2"]
+    with pytest.raises(ConfigError, match="runs limit=0 must be an int from 1 to 1000"):
+        await queue.admin.runs(walk, limit=0)
+    for look in (queue.admin.shards, queue.admin.runs):
+        with pytest.raises(ConfigError, match="'nope' is not a sharded job of this queue"):
+            await look("nope")
     (tick,) = queue.admin.periodics()
     assert (tick.name, tick.queue, tick.schedule) == ("nightly", "default", "Cron('0 3 * * *')")
     assert time.time() < tick.next_run <= time.time() + 86400

@@ -7,6 +7,7 @@ SQLite, Redis and PostgreSQL for what needs one (live busy counts, cancelling a 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from batchy.__main__ import _parser, main
+from batchy.jobs import Queue
 
 from .test_processes import App, enqueue
 
@@ -44,6 +46,10 @@ async def bad(x: int) -> None:
 @queue.job(name="ok")
 async def ok(x: int) -> int:
     return x * 2
+
+@queue.sharded(shards=2, name="walk")
+async def walk(shard: int, shards: int, cursor: object) -> None:
+    return None
 """
 
 
@@ -228,3 +234,27 @@ def test_a_running_job_is_live_in_info_and_cancelled_from_the_cli(
     )
     assert f"job {made[0]} slow attempt 1 cancelled by an operator" in app.output(worker)
     assert "busy=3/20" in app.cli("info", "app_jobs:queue").stdout
+
+
+def test_info_lists_each_sharded_jobs_latest_runs(cli: Cli) -> None:
+    code, out, _ = cli("info")
+    assert code == 0 and "sharded job walk (2 shards): no runs" in out.splitlines()
+    queue = Queue(str(cli.db))
+
+    @queue.sharded(shards=2, name="walk")
+    async def walk(shard: int, shards: int, cursor: object) -> None:
+        return None
+
+    async def start() -> None:
+        for run in ("may", "june"):
+            assert await walk.start(run) == 2
+        await queue.backend.close()
+
+    asyncio.run(start())
+    code, out, _ = cli("info", "--runs", "1")
+    lines = out.splitlines()
+    at = lines.index("sharded job walk (2 shards):")
+    assert re.fullmatch(
+        r"  run june  started \S+ \S+ \(\d+\.\ds ago\)  0/2 shards done", lines[at + 1]
+    )
+    assert lines[at + 2 :] == []  # --runs 1: may is not shown

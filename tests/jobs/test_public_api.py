@@ -19,6 +19,7 @@ EXPECTED = {
     "JobPage",
     "JobStateError",
     "PeriodicInfo",
+    "RunInfo",
     "ShardInfo",
     "StoredJob",
     "Backend",

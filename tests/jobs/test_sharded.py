@@ -153,3 +153,21 @@ async def test_a_handler_that_does_not_advance_goes_dead_with_a_reason(queue: Qu
     (dead,) = await queue.dead_jobs()
     assert "returned the cursor it was given (5)" in dead.reason
     assert "shard 0" in dead.reason
+
+
+async def test_stores_remember_each_sharded_run_until_it_is_past_keeping(
+    backend: Backend,
+) -> None:
+    now = time.time()
+    keep = 3600.0
+    assert await backend.runs("walk", now, keep) == []  # nothing started: no table yet
+    await backend.note_run("walk", "old", now - 5000, keep)
+    await backend.note_run("walk", "a", now - 20, keep)
+    await backend.note_run("walk", "b", now - 10, keep)
+    await backend.note_run("other", "a", now - 5, keep)  # another job's runs are its own
+    assert await backend.runs("walk", now, keep) == [("b", now - 10), ("a", now - 20)]
+    await backend.note_run("walk", "a", now, keep)  # started again: now the latest
+    assert await backend.runs("walk", now, keep) == [("a", now), ("b", now - 10)]
+    assert await backend.runs("walk", now, keep, limit=1) == [("a", now)]
+    assert await backend.runs("walk", now + keep - 5, keep) == [("a", now)]  # b is past
+    assert await backend.runs("other", now, keep) == [("a", now - 5)]
