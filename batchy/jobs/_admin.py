@@ -117,11 +117,13 @@ class Admin:
         ``state`` is one of ``queued``, ``scheduled``, ``retrying``, ``running``,
         ``blocked`` (waiting behind its ordering key's head), ``dead`` or ``done``
         (jobs whose result is kept). ``queue``, ``job`` (a job type's name) and
-        ``key`` (an ordering key, as stored: ``group:value``) narrow it; done jobs
-        keep only their result, so they take no filter. The store seeks each page
-        by index; the job type is read from payloads here, examining at most
-        ``TYPE_SCAN`` jobs per call: a page filtered by type may hold fewer than
-        ``limit`` jobs (even none) and still have a ``next``.
+        ``key`` (an ordering key, as stored: ``group:value``) narrow it; a done
+        job is kept with what it was (queue, key, payload) for as long as its
+        result. The store seeks each page by index; the job type is read from
+        payloads here, examining at most ``TYPE_SCAN`` jobs per call: a page
+        filtered by type may hold fewer than ``limit`` jobs (even none) and still
+        have a ``next``. So may a page of done jobs filtered by queue or key (the
+        stores index results by expiry only).
         """
         self._check_listing(state, queue, job, key, limit)
         if job is None:
@@ -158,11 +160,6 @@ class Admin:
         if state not in LIST_STATES:
             raise ConfigError(
                 f"job state {state!r} cannot be listed; the states are {', '.join(LIST_STATES)}"
-            )
-        if state == "done" and (queue, job, key) != (None, None, None):
-            raise ConfigError(
-                f"done jobs cannot be filtered by queue, job type or key ({self.store} keeps "
-                "only a done job's result); list them without filters"
             )
         if type(limit) is not int or not 1 <= limit <= 1000:
             raise ConfigError(f"page size limit={limit!r} must be an int from 1 to 1000")

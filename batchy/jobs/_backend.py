@@ -310,8 +310,9 @@ class Backend(abc.ABC):
     ) -> tuple[list[StoredJob], str | None]:
         """Up to ``limit`` jobs in ``state`` after cursor ``after``, and the next page's cursor.
 
-        ``queue`` and ``key`` (an ordering key) narrow the list; ``done`` jobs keep
-        neither. Orders: ``queued`` queue by queue (by name), each in claim order;
+        ``queue`` and ``key`` (an ordering key) narrow the list (a done job is kept
+        with its queue, key and payload beside its result). Orders: ``queued``
+        queue by queue (by name), each in claim order;
         ``scheduled`` and ``retrying`` by due time; ``running`` by id; ``blocked``
         in push order (a store that keeps no such order: any); with ``key``, every
         state in push order; ``dead`` newest first; ``done`` by the time their

@@ -17,8 +17,8 @@ from typing import Any
 
 from . import _clock
 from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
+from ._memory_jobs import DoneJob, dead_record, done_record, page, record_of, sort_key, state_of
 from ._memory_jobs import MemJob as _Job
-from ._memory_jobs import dead_record, done_record, page, record_of, sort_key, state_of
 from ._model import (
     Claimed,
     Claims,
@@ -49,7 +49,7 @@ class MemoryBackend(Backend):
         self._seq = itertools.count()
         self._woken: set[str] = set()  # queues to wake once the current operation ends
         self._claims = itertools.count(1)  # lease tokens: never reused in this store
-        self._results: dict[str, tuple[str | None, float]] = {}
+        self._results: dict[str, DoneJob] = {}
         self._dead: dict[str, DeadJob] = {}
         self._uniques: dict[str, float] = {}
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
@@ -180,7 +180,9 @@ class MemoryBackend(Backend):
         if outcome.kind == "done":
             self._leave(self._jobs.pop(outcome.id, None))
             if outcome.keep > 0:
-                self._results[outcome.id] = (outcome.result, now + outcome.keep)
+                self._results[outcome.id] = DoneJob(
+                    outcome.result, now + outcome.keep, job.queue, job.key, job.payload
+                )
         elif outcome.kind == "dead":
             self._leave(self._jobs.pop(outcome.id, None))
             self._dead[outcome.id] = DeadJob(
@@ -267,8 +269,8 @@ class MemoryBackend(Backend):
         if job_id in self._dead:
             return JobStatus(job_id, "dead", reason=self._dead[job_id].reason)
         kept = self._results.get(job_id)
-        if kept is not None and kept[1] >= now:
-            return JobStatus(job_id, "done", result=kept[0])
+        if kept is not None and kept.expires >= now:
+            return JobStatus(job_id, "done", result=kept.result)
         return JobStatus(job_id, "unknown")
 
     async def info(self, now: float) -> Info:
@@ -342,9 +344,11 @@ class MemoryBackend(Backend):
             ]
         elif state == "done":
             found = [
-                ((expires, i), done_record(i, result, expires, shift))
-                for i, (result, expires) in self._results.items()
-                if expires >= store_now
+                ((d.expires, i), done_record(i, d, shift))
+                for i, d in self._results.items()
+                if d.expires >= store_now
+                and (queue is None or d.queue == queue)
+                and (key is None or d.key == key)
             ]
         else:
             line = self._keys.get(key, ()) if key is not None else None
@@ -355,7 +359,10 @@ class MemoryBackend(Backend):
                 if state_of(j, self._keys, store_now) == state
                 and (queue is None or j.queue == queue)
             ]
-        return page(state if key is None else f"{state}@key", found, after, limit, self)
+        # With a key, waiting and running jobs come in the key's push order; dead
+        # and done ones keep their own order (by time).
+        by_key = key is not None and state not in ("dead", "done")
+        return page(f"{state}@key" if by_key else state, found, after, limit, self)
 
     async def job(self, job_id: str, now: float) -> StoredJob | None:
         store_now = _clock.store_now()
@@ -366,8 +373,8 @@ class MemoryBackend(Backend):
         if job_id in self._dead:
             return dead_record(self._dead[job_id], shift)
         kept = self._results.get(job_id)
-        if kept is not None and kept[1] >= store_now:
-            return done_record(job_id, kept[0], kept[1], shift)
+        if kept is not None and kept.expires >= store_now:
+            return done_record(job_id, kept, shift)
         return None
 
     async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:

@@ -14,7 +14,16 @@ from typing import Any
 from ._model import DeadJob
 from ._records import StoredJob, decode_cursor, encode_cursor
 
-__all__ = ["MemJob", "dead_record", "done_record", "page", "record_of", "sort_key", "state_of"]
+__all__ = [
+    "DoneJob",
+    "MemJob",
+    "dead_record",
+    "done_record",
+    "page",
+    "record_of",
+    "sort_key",
+    "state_of",
+]
 
 
 @dataclass(slots=True)
@@ -73,9 +82,23 @@ def dead_record(dead: DeadJob, shift: float) -> StoredJob:
     )
 
 
-def done_record(job_id: str, result: str | None, expires: float, shift: float) -> StoredJob:
-    """A done job (only its result is kept) as a :class:`StoredJob`."""
-    return StoredJob(job_id, "", "done", result=result, expires=expires + shift)
+@dataclass(frozen=True, slots=True)
+class DoneJob:
+    """A done job whose result is kept: the result, until when, and what the job was."""
+
+    result: str | None
+    expires: float
+    queue: str
+    key: str | None
+    payload: str
+
+
+def done_record(job_id: str, done: DoneJob, shift: float) -> StoredJob:
+    """A done job as a :class:`StoredJob`."""
+    return StoredJob(
+        job_id, done.queue, "done", done.payload, done.key, result=done.result,
+        expires=done.expires + shift,
+    )  # fmt: skip
 
 
 # How many values the sort key (and so the cursor) of each state's listing has.

@@ -60,7 +60,7 @@ from ._sqlite_counts import add_counts, read_counts
 from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_runs import note_run, runs
 from ._sqlite_tx import Transaction as _Transaction
-from ._sqlite_tx import advance, check_app_connection, entry_state
+from ._sqlite_tx import advance, check_app_connection, entry_state, finish_done
 from ._sqlite_tx import chunks as _chunks
 from ._sqlite_tx import create_schema as _create_schema
 from ._sqlite_tx import pairs as _pairs
@@ -226,21 +226,9 @@ class SQLiteBackend(Backend):
         db = self._db
         applied: set[str] = set()
         left: list[str | None] = []  # the ordering keys of the rows that left
-        done = [(o.id, o.token) for o in given if o.kind == "done"]
-        for chunk in _chunks(done):
-            where, params = _pairs(chunk)
-            for job_id, key in db.execute(
-                f"DELETE FROM jobs WHERE state = 1 AND {where} RETURNING id, okey", params
-            ):
-                applied.add(job_id)
-                left.append(key)
-        kept = [
-            (o.id, o.result, now + o.keep)
-            for o in given
-            if o.kind == "done" and o.keep > 0 and o.id in applied
-        ]
-        if kept:
-            db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?)", kept)
+        for job_id, key in finish_done(db, given, now):
+            applied.add(job_id)
+            left.append(key)
         dead = False
         for o in given:  # retries, releases and deaths are the rare outcomes: one by one
             if o.kind == "done":

@@ -23,7 +23,7 @@ __all__ = ["act", "list_jobs", "read_job", "retry_dead", "select_dead"]
 
 _JOB = "SELECT id, queue, payload, okey, state, due, retrying, owner, lease, rowid FROM jobs"
 _DEAD = "SELECT id, queue, payload, okey, reason, traceback, died FROM dead"
-_DONE = "SELECT id, result, expires FROM results"
+_DONE = "SELECT id, result, expires, queue, okey, payload FROM results"
 _QUEUES = "SELECT name FROM queues ORDER BY name"
 
 Row = tuple[Any, ...]
@@ -51,7 +51,10 @@ def _dead(row: Row, shift: float) -> StoredJob:
 
 
 def _done(row: Row, shift: float) -> StoredJob:
-    return StoredJob(row[0], "", "done", result=row[1], expires=row[2] + shift)
+    job_id, result, expires, queue, key, payload = row
+    return StoredJob(
+        job_id, queue or "", "done", payload or "", key, result=result, expires=expires + shift
+    )
 
 
 def _seek(
@@ -93,9 +96,17 @@ def list_jobs(
     if state == "done":
         c = None if after is None else decode_cursor(after, state, 2, store)
         sql, args = _seek(_DONE, "expires >= ?", [now], ("expires", "id"), c, desc=True)
-        rows = db.execute(sql + " LIMIT ?", [*args, limit + 1]).fetchall()
+        # Results are indexed by expiry only: with a filter, read at most a budget
+        # of them and filter here, so a rare queue costs one bounded read a page.
+        filtered = queue is not None or key is not None
+        read = budget if filtered else limit + 1
+        rows = db.execute(sql + " LIMIT ?", [*args, read]).fetchall()
         found = [(_done(r, shift), [r[2], r[0]]) for r in rows]
-        return cut_page(found, lambda j: True, limit, len(rows) > limit, state)
+
+        def wanted(job: StoredJob) -> bool:
+            return (queue is None or job.queue == queue) and (key is None or job.key == key)
+
+        return cut_page(found, wanted, limit, len(rows) == read, state)
     if state == "dead":
         c = None if after is None else decode_cursor(after, state, 2, store)
         where, args = "1", []

@@ -1,4 +1,4 @@
-"""SQLite plumbing for the store: schema, transactions, id lists cut to size, app connections."""
+"""SQLite plumbing for the store: schema, transactions, id lists, finished jobs, app connections."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from ._errors import ConfigError
+from ._model import Outcome
 
 __all__ = [
     "BLOCKED",
@@ -20,6 +21,7 @@ __all__ = [
     "chunks",
     "create_schema",
     "entry_state",
+    "finish_done",
     "pairs",
 ]
 
@@ -60,8 +62,13 @@ def create_schema(db: sqlite3.Connection) -> None:
     for statement in _SCHEMA.split(";"):
         if statement.strip():
             db.execute(statement)
-    # Files made before ordering keys (okey) or lease tokens existed get the columns now.
-    for table, column in (("jobs", "okey"), ("dead", "okey"), ("jobs", "token")):
+    # Files made before ordering keys (okey), lease tokens or done jobs' records
+    # (what the job was, beside its result) existed get the columns now.
+    added = (
+        ("jobs", "okey"), ("dead", "okey"), ("jobs", "token"),
+        ("results", "queue"), ("results", "okey"), ("results", "payload"),
+    )  # fmt: skip
+    for table, column in added:
         columns = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
         if column not in columns:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
@@ -98,6 +105,34 @@ def advance(db: sqlite3.Connection, keys: Iterable[str | None]) -> None:
 
 # SQLite allows 32766 host parameters; stay far below.
 _CHUNK = 500
+
+
+def finish_done(
+    db: sqlite3.Connection, given: Sequence[Outcome], now: float
+) -> list[tuple[str, str | None]]:
+    """Remove the jobs of the ``done`` outcomes whose token holds, keeping each result
+    with what the job was (queue, key, payload); the ``(id, ordering key)`` of each."""
+    done = [(o.id, o.token) for o in given if o.kind == "done"]
+    was: dict[str, tuple[str, str | None, str]] = {}
+    for chunk in chunks(done):
+        where, params = pairs(chunk)
+        for job_id, key, queue, payload in db.execute(
+            f"DELETE FROM jobs WHERE state = 1 AND {where} RETURNING id, okey, queue, payload",
+            params,
+        ):
+            was[job_id] = (queue, key, payload)
+    kept = [
+        (o.id, o.result, now + o.keep, *was[o.id])
+        for o in given
+        if o.kind == "done" and o.keep > 0 and o.id in was
+    ]
+    if kept:
+        db.executemany(
+            "INSERT OR REPLACE INTO results (id, result, expires, queue, okey, payload) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            kept,
+        )
+    return [(job_id, w[1]) for job_id, w in was.items()]
 
 
 def chunks(ids: Sequence[T]) -> Iterable[Sequence[T]]:

@@ -32,7 +32,7 @@ Row = tuple[Any, ...]
 
 _JOB = "SELECT id, queue, payload, okey, state, due, retrying, owner, lease, seq FROM {s}.jobs"
 _DEAD = "SELECT id, queue, payload, okey, reason, traceback, died FROM {s}.dead"
-_DONE = "SELECT id, result, expires FROM {s}.results"
+_DONE = "SELECT id, result, expires, queue, okey, payload FROM {s}.results"
 
 
 def _job(row: Row, now: float, shift: float) -> StoredJob:
@@ -57,7 +57,10 @@ def _dead(row: Row, shift: float) -> StoredJob:
 
 
 def _done(row: Row, shift: float) -> StoredJob:
-    return StoredJob(row[0], "", "done", result=row[1], expires=row[2] + shift)
+    job_id, result, expires, queue, key, payload = row
+    return StoredJob(
+        job_id, queue or "", "done", payload or "", key, result=result, expires=expires + shift
+    )
 
 
 async def _rows(conn: Conn, sql: str, params: Sequence[Any]) -> list[Row]:
@@ -139,9 +142,16 @@ class PostgresOperating:
         if state == "done":
             where = "expires >= %s" + (" AND (expires, id) < (%s, %s)" if c else "")
             sql = s(f"{_DONE} WHERE {where} ORDER BY expires DESC, id DESC LIMIT %s")
-            rows = await _rows(conn, sql, [t, *(c or ()), limit + 1])
+            # Results are indexed by expiry only: with a filter, read at most a
+            # budget of them and filter here (a page may end short, with a cursor).
+            wants = budget if queue is not None or key is not None else limit + 1
+            rows = await _rows(conn, sql, [t, *(c or ()), wants])
             found = [(_done(r, shift), [r[2], r[0]]) for r in rows]
-            return Backend.cut_page(found, lambda j: True, limit, False, state)
+
+            def wanted(job: StoredJob) -> bool:
+                return (queue is None or job.queue == queue) and (key is None or job.key == key)
+
+            return Backend.cut_page(found, wanted, limit, len(rows) == wants, state)
         if state == "dead":
             conds: list[str] = ["true"]
             values: list[Any] = []

@@ -20,7 +20,7 @@ from __future__ import annotations
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 4
+VERSION = 5
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -67,10 +67,12 @@ BEGIN
     done AS (
       DELETE FROM {s}.jobs j USING o
       WHERE o.kind = 'done' AND j.id = o.id AND j.token = o.token AND j.state = 1
-      RETURNING j.id, j.okey, o.result, o.keep),
+      RETURNING j.id, j.okey, j.queue, j.payload, o.result, o.keep),
     kept AS (
-      INSERT INTO {s}.results SELECT d.id, d.result, t + d.keep FROM done d WHERE d.keep > 0
-      ON CONFLICT (id) DO UPDATE SET result = excluded.result, expires = excluded.expires),
+      INSERT INTO {s}.results (id, result, expires, queue, okey, payload)
+      SELECT d.id, d.result, t + d.keep, d.queue, d.okey, d.payload FROM done d WHERE d.keep > 0
+      ON CONFLICT (id) DO UPDATE SET result = excluded.result, expires = excluded.expires,
+        queue = excluded.queue, okey = excluded.okey, payload = excluded.payload),
     died AS (
       DELETE FROM {s}.jobs j USING o
       WHERE o.kind = 'dead' AND j.id = o.id AND j.token = o.token AND j.state = 1
@@ -185,6 +187,14 @@ CREATE TABLE IF NOT EXISTS {s}.runs (
 );
 """
 
+# Version 5: a done job is kept with what it was (queue, ordering key, payload)
+# beside its result, so done jobs are listed by queue, type and key and shown with
+# their arguments; the cycle writes them.
+_DONE_JOBS = """
+ALTER TABLE {s}.results ADD COLUMN IF NOT EXISTS queue text,
+  ADD COLUMN IF NOT EXISTS okey text, ADD COLUMN IF NOT EXISTS payload text;
+"""
+
 #: The current schema: tables, indexes and the step functions.
 SCHEMA = f"""
 CREATE TABLE {{s}}.jobs (
@@ -203,7 +213,10 @@ CREATE TABLE {{s}}.jobs (
 CREATE INDEX jobs_ready ON {{s}}.jobs (queue, due, seq) WHERE state = 0;
 CREATE INDEX jobs_lease ON {{s}}.jobs (lease) WHERE state = 1;
 CREATE INDEX jobs_okey ON {{s}}.jobs (okey, seq) WHERE okey IS NOT NULL;
-CREATE TABLE {{s}}.results (id text PRIMARY KEY, result text, expires float8 NOT NULL) {_CHURN};
+CREATE TABLE {{s}}.results (
+    id text PRIMARY KEY, result text, expires float8 NOT NULL,
+    queue text, okey text, payload text  -- what the done job was (version 5)
+) {_CHURN};
 CREATE INDEX results_expires ON {{s}}.results (expires);
 CREATE TABLE {{s}}.dead (
     id text PRIMARY KEY, queue text NOT NULL, payload text NOT NULL, reason text NOT NULL,
@@ -350,4 +363,9 @@ END $$;
 """
 
 #: ``MIGRATIONS[v]`` takes a schema from version ``v`` to ``v + 1``.
-MIGRATIONS: dict[int, str] = {1: _OPERATING + _CYCLE, 2: _COUNTS, 3: _RUNS}
+MIGRATIONS: dict[int, str] = {
+    1: _OPERATING + _CYCLE,
+    2: _COUNTS,
+    3: _RUNS,
+    4: _DONE_JOBS + _CYCLE,
+}

@@ -4,7 +4,8 @@ Every listing walks a structure the store keeps anyway, from the cursor on, and
 never scans the keyspace: a queue's list (``LRANGE`` from the cursor's place,
 found again with ``LINDEX``, or ``LPOS`` within the places before it when the
 list moved), the ``sched``, ``retry``, ``leases`` and ``dead`` sorted sets and
-``results`` (kept results by expiry, written by the cycle) from the cursor's
+``results`` (kept results by expiry, written by the cycle, each done job's
+record in ``done:<id>``) from the cursor's
 rank, an ordering key's list, and for blocked jobs the ``okey`` hash with
 ``HSCAN``. A call examines at most ``budget`` entries beyond the page: filters
 the structure does not index (a queue among scheduled jobs) may end a page
@@ -62,13 +63,22 @@ local function record(id)
   return {'job', id, q, state, redis.call('HGET', p..'jobs', id), key or '', due, worker, lease}
 end
 local function done_record(id)
-  local result = redis.call('GET', p..'result:'..id)
-  if not result then return nil end
+  -- done:<id> holds the result and what the job was; result:<id>, from releases
+  -- before that, the result alone.
+  local r = p..'done:'..id
+  local done, was = redis.call('GET', r), nil
+  if done then
+    was = unpack_done(done)
+  else
+    r = p..'result:'..id
+    was = {redis.call('GET', r), '', '', ''}
+    if not was[1] then return nil end
+  end
   local expires = redis.call('ZSCORE', p..'results', id)
   if not expires then  -- kept before results were indexed: its expiry from its TTL
-    expires = string.format('%.6f', clock() + redis.call('PTTL', p..'result:'..id) / 1000)
+    expires = string.format('%.6f', clock() + redis.call('PTTL', r) / 1000)
   end
-  return {'done', id, result, expires}
+  return {'done', id, was[1], expires, was[2] or '', was[3] or '', was[4] or ''}
 end
 """
 
@@ -87,6 +97,9 @@ local rows, marks, examined, lastmark, cut = {}, {}, 0, nil, false
 -- is more), and the call is done at `budget` entries examined.
 local function take(r, mark)
   examined, lastmark = examined + 1, mark
+  if r and r[1] == 'done' and ((queue ~= '' and r[5] ~= queue) or (key ~= '' and r[6] ~= key)) then
+    r = false
+  end
   if r and (queue == '' or r[1] ~= 'job' or r[3] == queue) then
     rows[#rows+1] = r; marks[#marks+1] = mark
   end
@@ -219,7 +232,9 @@ local refused, found = {}, {}
 for i = 4, #ARGV do
   local id = ARGV[i]
   local state, q, key = where(id)
-  if not state and redis.call('EXISTS', p..'result:'..id) == 1 then state = 'done' end
+  if not state and redis.call('EXISTS', p..'done:'..id, p..'result:'..id) > 0 then
+    state = 'done'
+  end
   state = state or 'unknown'
   if not string.find(allowed, ',' .. state .. ',', 1, true) then
     refused[#refused+1] = id; refused[#refused+1] = state
@@ -323,7 +338,11 @@ class RedisOperating:
                 traceback=d["traceback"], died_at=float(row[3]) + shift,
             )  # fmt: skip
         if kind == "done":
-            return StoredJob(job_id, "", "done", result=row[2], expires=float(row[3]) + shift)
+            _, _, result, expires, queue, key, payload = row
+            return StoredJob(
+                job_id, queue, "done", payload, key or None, result=result,
+                expires=float(expires) + shift,
+            )  # fmt: skip
         _, _, queue, state, payload, key, due, worker, lease = row
         running = state == "running"
         return StoredJob(

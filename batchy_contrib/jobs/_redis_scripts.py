@@ -16,6 +16,18 @@ local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
+-- A done job's record, `done:<id>`: queue, key and payload, each after its length
+-- and a colon, then the result: {result, queue, key, payload}.
+local function unpack_done(s)
+  local parts, at = {}, 1
+  for n = 1, 3 do
+    local colon = string.find(s, ':', at, true)
+    local len = tonumber(string.sub(s, at, colon - 1))
+    parts[n] = string.sub(s, colon + 1, colon + len)
+    at = colon + len + 1
+  end
+  return {string.sub(s, at), parts[1], parts[2], parts[3]}
+end
 local function qof(id)
   local m = redis.call('HGET', p..'meta', id)
   if not m then return nil end
@@ -166,11 +178,15 @@ while i <= #ARGV do
     redis.call('HDEL', p..'owner', id)
   end
   if kind == 'done' then
+    local wq, wp  -- what the job was, kept beside its result
+    if keep then wq, wp = qof(id) or '', redis.call('HGET', p..'jobs', id) or '' end
     redis.call('HDEL', p..'jobs', id)
     redis.call('HDEL', p..'meta', id)
-    leave(id, now)
+    local key = leave(id, now)
     if keep then
-      redis.call('SET', p..'result:'..id, result, 'PX', keep)
+      -- One string, each part after its length (see unpack_done): one SET, no PEXPIRE.
+      local k = key or ''
+      redis.call('SET', p..'done:'..id, #wq..':'..wq..#k..':'..k..#wp..':'..wp..result, 'PX', keep)
       -- Kept results by expiry, so an operator can page through done jobs.
       redis.call('ZADD', p..'results', now + keep / 1000, id)
       kept = true
@@ -305,7 +321,9 @@ if redis.call('ZSCORE', p..'sched', id) then return {'scheduled'} end
 if redis.call('HEXISTS', p..'jobs', id) == 1 then return {'queued'} end
 local dead = redis.call('HGET', p..'deadinfo', id)
 if dead then return {'dead', dead} end
-local result = redis.call('GET', p..'result:'..id)
+local done = redis.call('GET', p..'done:'..id)
+if done then return {'done', unpack_done(done)[1]} end
+local result = redis.call('GET', p..'result:'..id)  -- kept by an earlier release
 if result then return {'done', result} end
 return {'unknown'}
 """

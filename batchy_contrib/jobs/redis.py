@@ -7,7 +7,9 @@ Keys (all under ``prefix``, default ``batchy:``):
 - ``sched`` / ``retry`` sorted sets of delayed / retrying ids by due time;
 - ``leases`` a sorted set of claimed ids by lease expiry, ``owner`` id -> the lease
   token of its current claim (from the counter ``claims``);
-- ``dead`` a sorted set by death time, ``deadinfo`` id -> JSON; ``result:<id>``;
+- ``dead`` a sorted set by death time, ``deadinfo`` id -> JSON; ``done:<id>`` a kept
+  result with what the job was (queue, key, payload, each after its length), ``results``
+  their ids by expiry;
 - ``uniq:<key>`` unique enqueue keys; ``workers`` and ``worker:<id>`` live workers;
 - ``okey`` a hash id -> ordering key, and ``k:<key>`` a list of the key's ids in push
   order, for keyed jobs only. Only a key's head (the list's first id) is ever in a

@@ -118,7 +118,7 @@ async def test_the_schema_is_versioned_made_once_and_refuses_a_newer_one(
     await again.close()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         version = f'SELECT version FROM "{postgres_schema}".version'
-        assert conn.execute(version).fetchall() == [(4,)]
+        assert conn.execute(version).fetchall() == [(5,)]
         conn.execute(f'UPDATE "{postgres_schema}".version SET version = 99')
     newer = PostgresBackend(postgres_dsn, schema=postgres_schema)
     with pytest.raises(SchemaVersionError, match="of version 99, newer than this release"):
@@ -134,18 +134,23 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
     schema = f'"{postgres_schema}"'
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         # Back to what version 1 had: no cancels, no index of blocked jobs, no counts,
-        # no runs.
+        # no runs, results without what the job was.
         conn.execute(f"DROP TABLE {schema}.cancels; DROP INDEX {schema}.jobs_blocked")
         conn.execute(f"DROP TABLE {schema}.counts; DROP TABLE {schema}.runs")
+        conn.execute(
+            f"ALTER TABLE {schema}.results DROP COLUMN queue, DROP COLUMN okey, DROP COLUMN payload"
+        )
         conn.execute(f"UPDATE {schema}.version SET version = 1")
     again = PostgresBackend(postgres_dsn, schema=postgres_schema)
     await again.migrate()
     await again.close()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        assert conn.execute(f"SELECT version FROM {schema}.version").fetchall() == [(4,)]
+        assert conn.execute(f"SELECT version FROM {schema}.version").fetchall() == [(5,)]
         assert conn.execute(f"SELECT count(*) FROM {schema}.cancels").fetchall() == [(0,)]
         assert conn.execute(f"SELECT count(*) FROM {schema}.counts").fetchall() == [(0,)]
         assert conn.execute(f"SELECT count(*) FROM {schema}.runs").fetchall() == [(0,)]
+        kept = f"SELECT count(queue), count(okey), count(payload) FROM {schema}.results"
+        assert conn.execute(kept).fetchall() == [(0, 0, 0)]
         found = conn.execute(
             "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
             (postgres_schema, "jobs_blocked"),

@@ -69,7 +69,22 @@ async def test_finished_jobs_leave_only_their_kept_result(rqueue: Queue) -> None
     assert await r.hlen(p + "meta") == 0
     assert await r.zcard(p + "leases") == 0
     assert await r.hlen(p + "owner") == 0
-    assert [k async for k in r.scan_iter(match=p + "result:*")] == []
+    for kept in ("result:*", "done:*"):
+        assert [k async for k in r.scan_iter(match=p + kept)] == []
+
+
+async def test_a_result_kept_by_an_earlier_release_is_still_read(rqueue: Queue) -> None:
+    # Before done jobs kept what they were, a result was the string result:<id>.
+    backend = rqueue.backend
+    r, p = backend.redis, backend.prefix  # type: ignore[attr-defined]
+    await r.set(p + "result:old", "42", px=60_000)
+    await r.zadd(p + "results", {"old": time.time() + 60})
+    assert (await backend.status("old", time.time())).result == "42"
+    shown = await rqueue.admin.job("old")
+    assert (shown.state, shown.result, shown.job, shown.queue) == ("done", 42, None, "")
+    page = await rqueue.admin.jobs("done")
+    assert [j.id for j in page.jobs] == ["old"]
+    assert (await rqueue.admin.jobs("done", queue="default")).jobs == ()
 
 
 async def recount(backend: Any) -> dict[tuple[str, str], int]:
