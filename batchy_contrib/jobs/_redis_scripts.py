@@ -94,13 +94,20 @@ local function leave(id, now)
     local nxt = redis.call('LINDEX', line, 0)
     if nxt then promote(nxt, now) end
   end
+  -- klen: each key by minus its jobs, so ZRANGE gives the busiest first (ties by
+  -- name) and `keys` never reads every keyed job.
+  if tonumber(redis.call('ZINCRBY', p..'klen', 1, key)) >= 0 then
+    redis.call('ZREM', p..'klen', key)
+  end
   return key
 end
 -- A keyed job joins the end of its key's line; true when it must wait behind a head.
 local function join(id, key)
   if key == nil or key == '' then return false end
   redis.call('HSET', p..'okey', id, key)
-  return redis.call('RPUSH', p..'k:'..key, id) > 1
+  local n = redis.call('RPUSH', p..'k:'..key, id)
+  redis.call('ZADD', p..'klen', -n, key)
+  return n > 1
 end
 """
 

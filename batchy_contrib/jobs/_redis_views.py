@@ -5,8 +5,12 @@
 scripts keep beside those sets (``n:sched``, ``n:retry``; see ``LIB``), and
 only the leases are read one by one, as many as jobs run now. A store written
 by a release without the counters gets them on its first ``info``, which counts
-once (marked by ``n:ok``). ``keys`` reads every keyed job's entry: an
-operator's view, run on demand, never by a worker.
+once (marked by ``n:ok``). ``keys`` neither: the scripts keep ``klen``, each
+ordering key scored by minus its number of jobs, so the busiest keys are the
+start of a sorted set; the stalled ones are found among the expired leases and
+retrying jobs, oldest first, at most ``stall_budget`` of each (a key stalled
+behind more of those than that is missed until they clear). A store written
+before ``klen`` existed counts its keys on its first ``keys`` (``klen:ok``).
 """
 
 from __future__ import annotations
@@ -68,12 +72,27 @@ return {out, redis.call('ZCARD', p..'dead'), workers, string.format('%.6f', now)
 KEYS = (
     LIB
     + """
-local counts, order = {}, {}
-local all = redis.call('HGETALL', p..'okey')
-for i = 2, #all, 2 do
-  local k = all[i]
-  if not counts[k] then counts[k] = 0; order[#order+1] = k end
-  counts[k] = counts[k] + 1
+local limit, budget, now = tonumber(ARGV[2]), tonumber(ARGV[3]), clock()
+if redis.call('EXISTS', p..'klen:ok') == 0 then
+  -- A store written before klen existed: count its keys once.
+  redis.call('DEL', p..'klen')
+  local all, seen = redis.call('HGETALL', p..'okey'), {}
+  for i = 2, #all, 2 do seen[all[i]] = true end
+  for k in pairs(seen) do redis.call('ZADD', p..'klen', -redis.call('LLEN', p..'k:'..k), k) end
+  redis.call('SET', p..'klen:ok', '1')
+end
+local picked, order = {}, {}
+local function pick(k)
+  if k and not picked[k] then picked[k] = true; order[#order+1] = k end
+end
+-- The busiest keys, then the keys whose head may be stalled: leases run out
+-- and jobs waiting to retry, the oldest first, at most `budget` of each.
+for _, k in ipairs(redis.call('ZRANGE', p..'klen', 0, limit - 1)) do pick(k) end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..'leases', '-inf', now, 'LIMIT', 0, budget)) do
+  pick(redis.call('HGET', p..'okey', id))
+end
+for _, id in ipairs(redis.call('ZRANGE', p..'retry', 0, budget - 1)) do
+  pick(redis.call('HGET', p..'okey', id))
 end
 local out = {}
 for _, k in ipairs(order) do
@@ -85,11 +104,11 @@ for _, k in ipairs(order) do
     local retry = redis.call('ZSCORE', p..'retry', head)
     local sched = redis.call('ZSCORE', p..'sched', head)
     local due = retry or sched or string.sub(m, tab + 1)
-    out[#out+1] = {k, string.sub(m, 1, tab - 1), counts[k], head,
+    out[#out+1] = {k, string.sub(m, 1, tab - 1), redis.call('LLEN', p..'k:'..k), head,
                    lease and '1' or '0', lease or '0', tostring(due), retry and '1' or '0'}
   end
 end
-return {out, string.format('%.6f', clock())}
+return {out, string.format('%.6f', now)}
 """
 )
 
@@ -120,8 +139,11 @@ class RedisViews(Backend):
         )
         return Info(tuple(queues), int(dead), live)
 
+    #: Expired leases and retrying jobs ``keys`` examines for stalled heads, each.
+    stall_budget = 500
+
     async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
-        rows, store_now = await self._run("keys")
+        rows, store_now = await self._run("keys", limit, self.stall_budget)
         shift = now - float(store_now)  # Redis's times are reported on the caller's clock
         found = [
             KeyInfo.of_head(

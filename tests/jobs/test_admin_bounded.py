@@ -128,6 +128,19 @@ async def test_redis_runs_as_many_commands_for_page_2_of_any_size(redis_server) 
             costs[size]["info"] = await measure(lambda: store.info(time.time()))
             (bulk,) = (await store.info(time.time())).queues
             assert (bulk.size, bulk.scheduled) == (size, size)
+            # keys (batchy info, the dashboard's keys page): the busiest from a
+            # sorted set kept by the scripts, never a read of every keyed job.
+            keyed = [
+                Envelope(f"k{i:07d}", "keyed", '{"job":"x"}', key=f"acct:{i % (size // 2)}")
+                for i in range(size)
+            ]
+            for start in range(0, size, 5000):
+                await store.push(keyed[start : start + 5000], time.time())
+            await store.push([Envelope("kbusy", "keyed", '{"job":"x"}', key="acct:1")], time.time())
+            await store.keys(time.time())  # a store's first keys counts once
+            costs[size]["keys"] = await measure(lambda: store.keys(time.time()))
+            busiest, _ = await store.keys(time.time(), limit=2)
+            assert [(k.key, k.jobs) for k in busiest] == [("acct:1", 3), ("acct:0", 2)]
         finally:
             keys = [k async for k in store.redis.scan_iter(match=prefix + "*", count=10_000)]
             for i in range(0, len(keys), 10_000):
@@ -137,6 +150,7 @@ async def test_redis_runs_as_many_commands_for_page_2_of_any_size(redis_server) 
     assert_bounded(costs[SMALL], costs[LARGE])
     assert all(0 < n < 12 * LIMIT for n in costs[LARGE].values()), costs  # a few per job
     assert costs[LARGE]["info"] == costs[SMALL]["info"] < 30, costs
+    assert costs[LARGE]["keys"] == costs[SMALL]["keys"] < 100, costs
 
 
 async def test_postgres_plans_read_a_bounded_number_of_rows(

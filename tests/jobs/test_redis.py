@@ -109,14 +109,38 @@ def counted(info: Info) -> dict[tuple[str, str], int]:
     return out
 
 
-# Each step: (what, queue, seconds); the store's own clock decides what is due.
+async def key_lengths(backend: Any) -> dict[str, int]:
+    """Jobs per ordering key, counted from the keys' lines themselves."""
+    r, p = backend.redis, backend.prefix
+    keys = set((await r.hgetall(p + "okey")).values())
+    return {k: await r.llen(p + "k:" + k) for k in keys}
+
+
+async def klen(backend: Any) -> dict[str, int]:
+    """What the scripts keep: each key scored by minus its jobs."""
+    found = await backend.redis.zrange(backend.prefix + "klen", 0, -1, withscores=True)
+    return {k: int(-score) for k, score in found}
+
+
+# Each step: (what, queue, seconds, ordering key); the store's own clock decides
+# what is due.
 STEPS = st.lists(
     st.tuples(
         st.sampled_from(
-            ["push", "push_later", "claim_retry", "claim_done", "run_now", "delete", "wait"]
+            [
+                "push",
+                "push_later",
+                "claim_retry",
+                "claim_done",
+                "claim_dead",
+                "run_now",
+                "delete",
+                "wait",
+            ]
         ),
         st.sampled_from(["a", "b"]),
         st.sampled_from([0.0, 0.05, 30.0]),
+        st.sampled_from([None, "k:x", "k:y"]),
     ),
     max_size=25,
 )
@@ -127,9 +151,10 @@ STEPS = st.lists(
 )
 @given(steps=STEPS)
 async def test_info_counts_what_the_sets_hold_after_any_steps(
-    redis_server: tuple[str, int], steps: list[tuple[str, str, float]]
+    redis_server: tuple[str, int], steps: list[tuple[str, str, float, str | None]]
 ) -> None:
-    """``info`` reads per-queue counters kept beside the sets; they never drift from them."""
+    """``info`` reads per-queue counters kept beside the sets, ``keys`` the jobs per key kept
+    in ``klen``; they never drift from what they count."""
     from batchy_contrib.jobs.redis import RedisBackend
 
     host, port = redis_server
@@ -138,18 +163,19 @@ async def test_info_counts_what_the_sets_hold_after_any_steps(
     waiting: list[str] = []  # ids that may be scheduled or retrying
     try:
         await backend.info(time.time())  # a new store: counters from the start
-        for what, q, seconds in steps:
+        await backend.keys(time.time())
+        for what, q, seconds, key in steps:
             now = time.time()
             if what in ("push", "push_later"):
                 job_id = f"j{next(ids)}"
                 due = now + seconds if what == "push_later" else None
-                await backend.push([Envelope(job_id, q, '{"job":"x"}', due=due)], now)
+                await backend.push([Envelope(job_id, q, '{"job":"x"}', due=due, key=key)], now)
                 waiting.append(job_id)
-            elif what in ("claim_retry", "claim_done"):
+            elif what in ("claim_retry", "claim_done", "claim_dead"):
                 claims = await backend.cycle([], [q], 3, "w", 30.0, now)
-                kind = "retry" if what == "claim_retry" else "done"
+                kind = what.removeprefix("claim_")
                 outcomes = [
-                    Outcome(c.id, kind, q, c.payload, due=now + seconds, token=c.token)
+                    Outcome(c.id, kind, q, c.payload, due=now + seconds, token=c.token)  # type: ignore[arg-type]
                     for c in claims
                 ]
                 await backend.cycle(outcomes, [q], 0, "w", 30.0, now)
@@ -159,9 +185,13 @@ async def test_info_counts_what_the_sets_hold_after_any_steps(
                 job_id = waiting[int(seconds) % len(waiting)]
                 await backend.act(what, [job_id], now)  # refused unless it waits: fine
             assert counted(await backend.info(time.time())) == await recount(backend)
+            assert await klen(backend) == await key_lengths(backend)
         # A store written before the counters existed counts its sets once.
         await backend.redis.delete(backend.prefix + "n:ok", backend.prefix + "n:sched")
         assert counted(await backend.info(time.time())) == await recount(backend)
+        await backend.redis.delete(backend.prefix + "klen:ok", backend.prefix + "klen")
+        await backend.keys(time.time())
+        assert await klen(backend) == await key_lengths(backend)
     finally:
         keys = [k async for k in backend.redis.scan_iter(match=backend.prefix + "*")]
         if keys:
