@@ -97,7 +97,14 @@ from typing import Any, ClassVar
 
 from ._errors import ConfigError
 from ._model import Claims, DeadJob, Envelope, Info, JobStatus, KeyInfo, Outcome, WorkerInfo
-from ._records import StoredJob, cut_page, decode_cursor, encode_cursor, merge_pages
+from ._records import (
+    StoredJob,
+    cut_page,
+    decode_cursor,
+    encode_cursor,
+    merge_pages,
+    narrowed_by,
+)
 from ._screen import check_envelopes, screen_outcomes
 
 __all__ = ["COUNTS_KEPT", "DEAD_MAX", "DEAD_MAX_AGE", "Backend"]
@@ -353,6 +360,7 @@ class Backend(abc.ABC):
     read_cursor = staticmethod(decode_cursor)
     cut_page = staticmethod(cut_page)
     merge_pages = staticmethod(merge_pages)
+    narrowed_by = staticmethod(narrowed_by)
 
     @staticmethod
     def with_running(

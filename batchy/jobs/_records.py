@@ -22,12 +22,14 @@ __all__ = [
     "JobInfo",
     "JobPage",
     "PeriodicInfo",
+    "RunInfo",
     "ShardInfo",
     "StoredJob",
     "cut_page",
     "decode_cursor",
     "encode_cursor",
     "merge_pages",
+    "narrowed_by",
 ]
 
 #: The states jobs can be listed by. ``blocked``: waiting behind the head of its
@@ -179,6 +181,16 @@ def decode_cursor(cursor: str, state: str, size: int, store: object) -> list[Any
 
 #: A job a store read, with its sort key in the listing (the cursor's values).
 Keyed = tuple[StoredJob, list[Any]]
+
+
+def narrowed_by(queue: str | None, key: str | None) -> Callable[[StoredJob], bool]:
+    """For a listing the store filters as it reads: is a job of ``queue`` and ``key``
+    (None: any)?"""
+
+    def wanted(job: StoredJob) -> bool:
+        return (queue is None or job.queue == queue) and (key is None or job.key == key)
+
+    return wanted
 
 
 def cut_page(

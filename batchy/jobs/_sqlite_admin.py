@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._backend import Backend
-from ._records import StoredJob, cut_page, decode_cursor, merge_pages
+from ._records import StoredJob, cut_page, decode_cursor, merge_pages, narrowed_by
 from ._sqlite_tx import BLOCKED, RUNNING, advance, chunks, entry_state
 
 __all__ = ["act", "list_jobs", "read_job", "retry_dead", "select_dead"]
@@ -102,11 +102,7 @@ def list_jobs(
         read = budget if filtered else limit + 1
         rows = db.execute(sql + " LIMIT ?", [*args, read]).fetchall()
         found = [(_done(r, shift), [r[2], r[0]]) for r in rows]
-
-        def wanted(job: StoredJob) -> bool:
-            return (queue is None or job.queue == queue) and (key is None or job.key == key)
-
-        return cut_page(found, wanted, limit, len(rows) == read, state)
+        return cut_page(found, narrowed_by(queue, key), limit, len(rows) == read, state)
     if state == "dead":
         c = None if after is None else decode_cursor(after, state, 2, store)
         where, args = "1", []

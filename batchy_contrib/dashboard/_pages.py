@@ -5,14 +5,13 @@ ordered keys, sharded runs and batching; each reads ``queue.admin`` and the acti
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from batchy.jobs import Activity, ConfigError, ShardInfo
+from batchy.jobs import Activity, ConfigError, RunInfo
 
 from ._charts import Series, bars, lines, sparkline
 from ._dashboard import of
@@ -164,12 +163,11 @@ async def keys(request: Request) -> Response:
     return dash.render(request, "keys.html", context)
 
 
-def _run(run: str, started: float | None, shards: Sequence[ShardInfo]) -> dict[str, Any]:
-    done = sum(s.state == "done" for s in shards)
-    failed = sum(s.state in ("dead", "cancelled", "retrying") for s in shards)
-    percent = math.floor(100 * done / len(shards)) if shards else 0
-    progress = {"done": done, "total": len(shards), "failed": failed, "percent": percent}
-    return {"run": run, "started": started, "shards": shards, "progress": progress}
+def _entry(run: RunInfo) -> dict[str, Any]:
+    total = len(run.shards)
+    percent = math.floor(100 * run.done / total) if total else 0
+    progress = {"done": run.done, "total": total, "failed": run.failed, "percent": percent}
+    return {"run": run.run, "started": run.started, "shards": run.shards, "progress": progress}
 
 
 async def shards(request: Request) -> Response:
@@ -180,11 +178,12 @@ async def shards(request: Request) -> Response:
     for name, sharded in sorted(dash.queue.sharded_jobs.items()):
         # The runs the store remembers (Admin.runs), latest first.
         found = await dash.admin.runs(sharded, limit=RUNS)
-        entries = [_run(r.run, r.started, r.shards) for r in found]
         if chosen_job == name and chosen_run and chosen_run not in [r.run for r in found]:
-            # Asked for by name: show it, even if the store has forgotten its start.
+            # Asked for by name: show it, even if the store has forgotten its start
+            # (no start time: 0.0, which the page leaves out).
             states = await dash.admin.shards(sharded, chosen_run)
-            entries.insert(0, _run(chosen_run, None, states))
+            found.insert(0, RunInfo(name, chosen_run, 0.0, tuple(states)))
+        entries = [_entry(r) for r in found]
         sharded_jobs.append({"name": name, "shards": sharded.shards, "runs": entries})
     context = {"title": "Sharded runs", "sharded_jobs": sharded_jobs}
     return dash.render(request, "shards.html", context)

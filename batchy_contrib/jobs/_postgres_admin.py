@@ -147,10 +147,7 @@ class PostgresOperating:
             wants = budget if queue is not None or key is not None else limit + 1
             rows = await _rows(conn, sql, [t, *(c or ()), wants])
             found = [(_done(r, shift), [r[2], r[0]]) for r in rows]
-
-            def wanted(job: StoredJob) -> bool:
-                return (queue is None or job.queue == queue) and (key is None or job.key == key)
-
+            wanted = Backend.narrowed_by(queue, key)
             return Backend.cut_page(found, wanted, limit, len(rows) == wants, state)
         if state == "dead":
             conds: list[str] = ["true"]
