@@ -44,7 +44,7 @@ from ._gather import (
     flat_gather,
     shape_of,
 )
-from ._scheduler import Scheduler
+from ._scheduler import Scheduler, _local
 from ._scope import Scope
 
 __all__ = ["Handler", "Task"]
@@ -157,6 +157,32 @@ class Task(Future[T]):
             cycle = find_cycle(self, sched.current)
             if cycle is not None:
                 raise _cycle_error(cycle)
+
+    def start_eagerly(self) -> None:
+        """Start the task in the running handler's scope and step it at once, up to its first wait.
+
+        As asyncio's eager tasks start: a handler that finishes without waiting
+        is done when this returns, with no trip through the ready queue (so the
+        caller can go on with its value in the same step); one that waits goes
+        on as any task. Call it from inside a running batchy handler.
+        """
+        sched = _local.sched
+        parent = sched.current if sched is not None else None
+        if sched is None or parent is None or self._sched is not None or self._state != PENDING:
+            raise UsageError(
+                f"Task.start_eagerly() on task {self.name}: call it once, on a task not "
+                "started yet, from inside a running batchy handler"
+            )
+        self._sched = sched
+        self._scope = parent._scope
+        self._ctx = parent._ctx  # we run in the parent's step: its tree's context
+        sched._live += 1
+        try:
+            self._step()
+        except Exception as error:  # as the scheduler treats a step's own failure
+            self._crash(error)
+        finally:
+            sched.current = parent  # steps never nest, except this one: restore it
 
     def _on_done(self, fut: Future[Any]) -> None:
         remaining = self._remaining

@@ -618,3 +618,137 @@ def test_a_cycle_check_walks_past_a_handler_waiting_on_keys() -> None:
         return (yield w)  # w is running and waits on keys: no cycle, no crash
 
     assert batchy.run(root()) == [(2, 4), (2, 4)]
+
+
+# -- Task.start_eagerly: a task stepped at once, up to its first wait ----------------
+
+
+def test_an_eager_task_that_never_waits_is_done_before_start_eagerly_returns() -> None:
+    seen: list[Any] = []
+
+    async def at_once(k: int) -> int:
+        seen.append(("ran", asyncio.current_task() is not None))
+        return k + 1
+
+    @batchy.task
+    def handler() -> Any:
+        task = batchy.Task(at_once(1))
+        task.start_eagerly()
+        seen.append(("after", task.done()))
+        return task.result(), (yield task)
+
+    assert batchy.run(handler()) == (2, 2)
+    # It ran inside start_eagerly, as asyncio's current task, and was done after it.
+    assert seen == [("ran", True), ("after", True)]
+
+
+def test_an_eager_task_that_waits_goes_on_as_any_task_and_batches_with_the_others() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+    order: list[str] = []
+
+    async def waits(k: int) -> int:
+        order.append(f"before {k}")
+        value = await double(k)
+        order.append(f"after {k}")
+        return value
+
+    @batchy.task
+    def handler() -> Any:
+        first = batchy.Task(waits(1))
+        first.start_eagerly()
+        order.append("handler goes on")
+        second = double(2)
+        return (yield first, second)
+
+    assert batchy.run(handler()) == (2, 4)
+    assert order == ["before 1", "handler goes on", "after 1"]
+    assert calls == [[1, 2]]  # its key and the handler's went in one batch
+
+
+def test_an_eager_task_that_fails_at_once_holds_its_error_and_the_handler_goes_on() -> None:
+    async def broken() -> None:
+        raise KeyError("nope")
+
+    @batchy.task
+    def handler() -> Any:
+        task = batchy.Task(broken())
+        task.start_eagerly()
+        assert task.done()
+        try:
+            yield task
+        except KeyError as error:
+            return f"caught {error}"
+        return "no error"
+
+    assert batchy.run(handler()) == "caught 'nope'"
+
+
+def test_an_eager_task_sees_the_context_variables_of_its_starter() -> None:
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def reads() -> str:
+        return var.get()
+
+    @batchy.task
+    def handler() -> Any:
+        var.set("handler's")
+        task = batchy.Task(reads())
+        task.start_eagerly()
+        return (yield task)
+
+    assert batchy.run(handler()) == "handler's"
+
+
+def test_an_eager_task_waiting_can_be_cancelled_and_is_closed() -> None:
+    closed: list[str] = []
+
+    async def sleeps() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            closed.append("cleaned up")
+
+    @batchy.task
+    def handler() -> Any:
+        task = batchy.Task(sleeps())
+        task.start_eagerly()
+        task.cancel()
+        try:
+            yield task
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "ran"
+
+    assert batchy.run(handler()) == "cancelled"
+    assert closed == ["cleaned up"]
+
+
+@pytest.mark.parametrize("where", ["outside", "twice"])
+def test_start_eagerly_outside_a_handler_or_twice_is_refused_by_name(where: str) -> None:
+    async def nothing() -> None:
+        return None
+
+    if where == "outside":
+        task = batchy.Task(nothing())
+        with pytest.raises(batchy.UsageError) as info:
+            task.start_eagerly()
+        task.cancel()  # closes the coroutine it never ran
+    else:
+
+        @batchy.task
+        def handler() -> Any:
+            task = batchy.Task(nothing())
+            task.start_eagerly()
+            task.start_eagerly()
+            yield task
+
+        with pytest.raises(batchy.UsageError) as info:
+            batchy.run(handler())
+    assert str(info.value) == (
+        "Task.start_eagerly() on task test_start_eagerly_outside_a_handler_or_twice_is_refused_"
+        "by_name.<locals>.nothing: call it once, on a task not started yet, from inside a "
+        "running batchy handler"
+    )

@@ -108,7 +108,13 @@ class Completer(Positions):
             pending = _pending(value, field)
             if pending is not None:
                 fut, inner = pending
-                if fut.done():  # a key loaded earlier in this scope
+                if type(inner) is CoroutineType and self.pending.live:
+                    # graphql-core runs an async resolver at once, up to its first
+                    # wait: one that does not wait completes here, depth first, as
+                    # a plain resolver's value does (and so keeps the same error
+                    # when two race to null one position).
+                    fut.start_eagerly()  # type: ignore[attr-defined]
+                if fut.done():  # a key loaded earlier in this scope, or run eagerly
                     return self.complete(ftype, field, fut.result(), container, key, pos)
                 self.add(fut, (self.resume, ftype, field, container, key, pos, ()), inner)
                 return None
@@ -200,7 +206,13 @@ class Completer(Positions):
             try:
                 result.append(self.complete(item, field, element, result, index, own))
             except Exception as error:
-                self.field_error(error, item, field, result, index, own)
+                try:
+                    self.field_error(error, item, field, result, index, own)
+                except Exception:
+                    # A non-null item failed the list before the items after it
+                    # were looked at: close their coroutines, never to run.
+                    _close_unstarted(value, index + 1)
+                    raise
                 result.append(None)
         return result
 
@@ -326,6 +338,14 @@ class Completer(Positions):
         fields = self.plan.subfields(ftype, object_type)
         child = self.child_pos(ftype, container, key, pos, object_type.name)
         container[key] = self.object(fields, value, child)
+
+
+def _close_unstarted(items: Any, start: int) -> None:
+    """Close the coroutines (of ``async def`` resolvers) in ``items[start:]`` that never ran."""
+    if type(items) is list or type(items) is tuple:
+        for item in items[start:]:
+            if type(item) is CoroutineType and inspect.getcoroutinestate(item) == "CORO_CREATED":
+                item.close()
 
 
 def _is_iterable(value: Any) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import functools
 import gc
@@ -16,6 +17,9 @@ from typing import Any
 
 import graphql as gql
 import pytest
+from aiodataloader import DataLoader
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import batchy
 from batchy.testing import Recorder, record
@@ -68,10 +72,44 @@ def _value_or_error(fn: Callable[..., Any], source: Any, info: Any, args: dict[s
         return error
 
 
+class _BoxLoader(DataLoader):  # type: ignore[misc]
+    """graphql-core's usual companion: an asyncio DataLoader, for the ``dl-`` styles."""
+
+    async def batch_load_fn(self, boxes: list[Box]) -> list[Any]:
+        return [box.value for box in boxes]
+
+
+_dataloader: contextvars.ContextVar[_BoxLoader] = contextvars.ContextVar("dataloader")
+
+
+def _dl_styled(fn: Callable[..., Any], style: str) -> Callable[..., Any]:
+    """ "future", "items" and "await" over an asyncio DataLoader, for graphql-core to run."""
+
+    def load(value: Any) -> Any:
+        return _dataloader.get().load(Box(value))
+
+    if style == "dl-future":
+        return lambda source, info, **args: load(_value_or_error(fn, source, info, args))
+    if style == "dl-items":
+
+        def resolve_items(source: Any, info: Any, **args: Any) -> Any:
+            value = fn(source, info, **args)
+            return [load(item) for item in value] if isinstance(value, list) else load(value)
+
+        return resolve_items
+
+    async def resolve_await(source: Any, info: Any, **args: Any) -> Any:
+        return await load(_value_or_error(fn, source, info, args))
+
+    return resolve_await
+
+
 def styled(fn: Callable[..., Any], style: str) -> Callable[..., Any]:
     """The resolver ``fn`` (a plain resolver) handing over its value in ``style``."""
     if style == "plain":
         return fn
+    if style.startswith("dl-"):
+        return _dl_styled(fn, style)
     if style == "async":
 
         async def resolve_async(source: Any, info: Any, **args: Any) -> Any:
@@ -170,19 +208,56 @@ def reference(
     schema: gql.GraphQLSchema,
     document: gql.DocumentNode,
     args: tuple[Any, ...],
+    collect: bool = False,
     **kwargs: Any,
 ) -> gql.ExecutionResult:
     """graphql-core's own answer: execute_sync for "plain", execute for "async"."""
     if style == "async":
-        with warnings.catch_warnings():
-            # graphql-core 3.2 leaves unawaited the coroutines of the fields it
-            # skips after an error (its own, not batchy's): collect them here.
-            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
-            result = asyncio.run(_resolved(gql.execute(schema, document, *args, **kwargs)))
-            if result.data is None and result.errors and not bgql.GRAPHQL_CORE_33:
-                gc.collect()
-        return result  # type: ignore[no-any-return]
+        return _core_async(lambda: gql.execute(schema, document, *args, **kwargs), collect)
     return gql.execute_sync(schema, document, *args, **kwargs)
+
+
+def _core_async(execute: Callable[[], Any], collect: bool = False) -> gql.ExecutionResult:
+    """graphql-core's ``execute``, run on a loop of its own."""
+    with warnings.catch_warnings():
+        # graphql-core leaves unawaited some coroutines of the fields it skips
+        # after an error (its own, not batchy's): collect them here. On 3.2
+        # that is when the data is null; ``collect`` for any error, on both.
+        warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+        result = asyncio.run(_resolved(execute()))
+        if result.errors and (collect or (result.data is None and not bgql.GRAPHQL_CORE_33)):
+            gc.collect()
+    return result  # type: ignore[no-any-return]
+
+
+# The reference for a loader style: graphql-core running the same values over
+# an asyncio DataLoader (a generator resolver is batchy's own: the future style's).
+DL_STYLE = {
+    "future": "dl-future",
+    "items": "dl-items",
+    "await": "dl-await",
+    "generator": "dl-future",
+}
+
+
+def loaded_reference(
+    make: Make,
+    style: str,
+    document: gql.DocumentNode,
+    args: tuple[Any, ...],
+    collect: bool = not bgql.GRAPHQL_CORE_33,
+    **kwargs: Any,
+) -> gql.ExecutionResult:
+    """What graphql-core answers when the values of ``style`` come from a DataLoader."""
+
+    def execute() -> Any:
+        _dataloader.set(_BoxLoader())  # in the loop's task: the loader's own loop
+        return gql.execute(make(DL_STYLE[style]), document, *args, **kwargs)
+
+    async def run() -> Any:
+        return await _resolved(execute())
+
+    return _core_async(run, collect)
 
 
 def subject(
@@ -214,18 +289,27 @@ def check(
     context: Any = None,
     make_context: Callable[[], Any] | None = None,
     operation_name: str | None = None,
+    race: bool = False,
     lenient: bool = False,
     loader_messages: bool = False,
     kwargs_for: Callable[[str], dict[str, Any]] | None = None,
+    collect: bool = False,
 ) -> dict[str, Recorder]:
     """Assert that batchy answers ``query`` on ``make(style)`` as graphql-core does.
 
-    ``lenient``: several errors race under one nulled position (graphql-core's
-    sync and async runs may keep different ones); then the data must be equal,
-    the errors not below a nulled position must be the same, and the errors of
-    both must null the same positions. ``loader_messages``: batchy wraps the
-    error of a failed batch (LoaderError); its message must contain graphql-core's.
-    Returns the batches each of batchy's runs made.
+    ``race``: several errors race to null one position, and which one graphql-core
+    keeps depends on the order its resolvers run, so its sync and async runs may
+    keep different ones. batchy must keep what graphql-core keeps for the same
+    resolvers: in the plain and async styles (values that never wait) what
+    ``execute_sync`` keeps; in a loader style what graphql-core keeps when the
+    same values come from a DataLoader (:func:`loaded_reference`).
+    ``lenient``: no exact reference (a race graphql-core decides by its asyncio
+    task order); then the data must be equal, the errors not below a nulled
+    position the same, and the errors of both must null the same positions.
+    ``loader_messages``: batchy wraps the error of a failed batch (LoaderError);
+    its message must contain graphql-core's. ``collect``: collect what
+    graphql-core's async runs leave after any error. Returns the batches each
+    of batchy's runs made.
     """
     document = gql.parse(query)
     assert gql.validate(make("plain"), document) == [], "the case's query must be valid"
@@ -236,8 +320,18 @@ def check(
     def kwargs(of_style: str) -> dict[str, Any]:
         return kwargs_for(of_style) if kwargs_for else {}
 
-    expected = [reference(s, make(s), document, args(), **kwargs(s)) for s in ("plain", "async")]
+    expected = [
+        reference(s, make(s), document, args(), collect, **kwargs(s)) for s in ("plain", "async")
+    ]
     assert dumps(expected[0].data) == dumps(expected[1].data), "graphql-core disagrees with itself"
+    if race and not lenient:
+        if style in DL_STYLE:
+            loaded = loaded_reference(
+                make, style, document, args(), collect or not bgql.GRAPHQL_CORE_33, **kwargs(style)
+            )
+            assert dumps(loaded.data) == dumps(expected[0].data), "graphql-core's DataLoader run"
+            expected = [loaded]
+        expected = [expected[0], expected[0]]  # the one reference, strictly
     runs = subject(make(style), document, args, **kwargs(style))
     for name, (result, _) in runs.items():
         where = f"batchy {name} ({style})"
@@ -249,7 +343,7 @@ def check(
         if not lenient:
             want = in_order(errors_of(expected[0]))
             assert want == in_order(errors_of(expected[1])), (
-                "graphql-core's sync and async errors differ: make the case lenient"
+                "graphql-core's sync and async errors differ: make the case a race"
             )
             assert in_order(got) == want, where
             continue
@@ -574,7 +668,7 @@ type A {
   list: [B!]
   listStrict: [B!]!
 }
-type B { ok: String, c: String, cStrict: String!, fail: String, failStrict: String! }
+type B { ok: String, c: String, cStrict: String!, fail: String, failStrict: String!, inner: B! }
 """
 
 
@@ -605,50 +699,71 @@ def make_nonnull(style: str) -> gql.GraphQLSchema:
             "B.ok": ok,
             "B.fail": _fail,
             "B.failStrict": _fail,
+            "B.inner": lambda b, info: {},
         },
     )
 
 
+# The second value: "" (no race), "race" (several errors race to null one
+# position; see check()), or "race-by-tasks" (in the loader styles graphql-core
+# decides that race by the order of its asyncio tasks: lenient there).
 NONNULL_CASES = [
-    pytest.param("{ a { ok fail } }", False, id="nullable-field-error"),
-    pytest.param("{ a { ok failStrict } ok }", False, id="non-null-error-nulls-parent"),
-    pytest.param("{ a { ok nullStrict } ok }", False, id="null-for-non-null"),
-    pytest.param("{ a { b { ok failStrict } ok } }", False, id="nulls-depth-2"),
-    pytest.param("{ a { ok bStrict { ok failStrict } } ok }", False, id="nulls-grandparent"),
-    pytest.param("{ ok aStrict { bStrict { failStrict } } }", False, id="nulls-data"),
-    pytest.param("{ ok aStrict { nullStrict } }", False, id="null-nulls-data"),
-    pytest.param("{ a { list { ok failStrict } } }", False, id="item-nulls-list"),
-    pytest.param("{ a { ok listStrict { failStrict } } }", False, id="item-nulls-list-parent"),
-    pytest.param("{ as { ok bStrict { failStrict } } }", False, id="each-item-nulled"),
-    pytest.param("{ a { b { c cStrict } ok } }", False, id="default-resolver-null"),
+    pytest.param("{ a { ok fail } }", "", id="nullable-field-error"),
+    pytest.param("{ a { ok failStrict } ok }", "", id="non-null-error-nulls-parent"),
+    pytest.param("{ a { ok nullStrict } ok }", "", id="null-for-non-null"),
+    pytest.param("{ a { b { ok failStrict } ok } }", "", id="nulls-depth-2"),
+    pytest.param("{ a { ok bStrict { ok failStrict } } ok }", "", id="nulls-grandparent"),
+    pytest.param("{ ok aStrict { bStrict { failStrict } } }", "", id="nulls-data"),
+    pytest.param("{ ok aStrict { nullStrict } }", "", id="null-nulls-data"),
+    pytest.param("{ a { list { ok failStrict } } }", "", id="item-nulls-list"),
+    pytest.param("{ a { ok listStrict { failStrict } } }", "", id="item-nulls-list-parent"),
+    pytest.param("{ as { ok bStrict { failStrict } } }", "", id="each-item-nulled"),
+    pytest.param("{ a { b { c cStrict } ok } }", "", id="default-resolver-null"),
     pytest.param(
         "{ a { fail b { fail } } x: a { failStrict } y: a { b { failStrict } } }",
-        False,
+        "",
         id="errors-at-many-positions",
     ),
-    pytest.param("{ asStrict { failStrict } ok }", True, id="sibling-items-race"),
-    pytest.param("{ a { bStrict { failStrict } failStrict } }", True, id="siblings-race"),
-    pytest.param("{ a { fail bStrict { failStrict } } }", False, id="error-before-nulling"),
+    pytest.param("{ asStrict { failStrict } ok }", "race", id="sibling-items-race"),
+    pytest.param("{ a { bStrict { failStrict } failStrict } }", "race", id="siblings-race"),
+    pytest.param("{ a { fail bStrict { failStrict } } }", "", id="error-before-nulling"),
     pytest.param(
-        "{ a { listStrict { ok failStrict } b { failStrict } } }", True, id="deep-siblings-race"
+        "{ a { listStrict { ok failStrict } b { failStrict } } }",
+        "race-by-tasks",
+        id="deep-siblings-race",
     ),
+    pytest.param(
+        "{ a { bStrict { x: failStrict y: failStrict } failStrict } }",
+        "race",
+        id="siblings-race-two-below",
+    ),
+    pytest.param("{ a { bStrict { ok failStrict } failStrict } }", "race", id="siblings-race-ok"),
+    pytest.param(
+        "{ a { bStrict { inner { failStrict } } failStrict } }", "race", id="siblings-race-deeper"
+    ),
+    pytest.param("{ a { failStrict bStrict { failStrict } } }", "race", id="siblings-race-first"),
 ]
 
 
-@pytest.mark.parametrize(("query", "lenient", "style"), styles(*NONNULL_CASES))
-def test_non_null_propagation(query: str, lenient: bool, style: str) -> None:
-    # Lenient cases: several errors race under one nulled position, and which of
-    # them is reported depends on the order of execution. Found on both lines:
+@pytest.mark.parametrize(("query", "race", "style"), styles(*NONNULL_CASES))
+def test_non_null_propagation(query: str, race: str, style: str) -> None:
+    # Races, found on both lines (see check() for what batchy must keep):
     # - siblings-race: graphql-core's sync run (and 3.3's async run) reports
-    #   a.bStrict.failStrict (the first field in document order); 3.2's async run
-    #   reports a.failStrict (the first to fail in time), and so does batchy in
-    #   every style whose values are pending.
-    # - deep-siblings-race: the sync run reports a.listStrict.0.failStrict only;
-    #   the async runs of 3.2 and 3.3 also report a.b.failStrict, which nulled b
-    #   before the list's error nulled a (errors added before a nulling stay).
+    #   a.bStrict.failStrict: the first in document order, depth first, as the
+    #   async resolvers run at once up to their first wait. 3.2's async run
+    #   reports a.failStrict (it makes a task per field), and so does
+    #   graphql-core over a DataLoader, where a.failStrict fails a round earlier.
+    # - siblings-race-two-below / -ok: 3.3's async run reports a.failStrict too,
+    #   as B's two fields become tasks queued after a.failStrict's; its sync
+    #   run, and batchy's async style, report the error inside bStrict.
+    # - deep-siblings-race, loader styles: graphql-core over a DataLoader also
+    #   reports a.b.failStrict, which nulled b before the list's error nulled a:
+    #   its tasks queue b's load ahead of the list items' in the same batch;
+    #   batchy issues the loads of one round in the order positions resumed.
     # - the errors that arrive below a position already nulled are dropped by
     #   graphql-core 3.3 and 3.2.14 (its CollectedErrors), and by batchy.
-    check(make_nonnull, query, style, lenient=lenient)
+    lenient = race == "race-by-tasks" and style in DL_STYLE
+    check(make_nonnull, query, style, race=bool(race), lenient=lenient)
 
 
 # -- theme: errors and leaf values (a schema of GraphQL* objects) -------------------------
@@ -1572,8 +1687,10 @@ def test_batchy_loaders(query: str, calls: list[list[int]] | None, style: str) -
     # a failed batch's error is batchy's LoaderError, whose message says more.
     # The case whose errors race: strictFriends' error nulls the person that
     # friends' error is below (graphql-core's sync run never resolves friends).
-    lenient = "strictFriends" in query
-    recorders = check(make_people, query, style, loader_messages=True, lenient=lenient)
+    # This theme's loaders are batchy's own: no DataLoader reference for them.
+    race = "strictFriends" in query
+    lenient = race and style in LOADER_STYLES
+    recorders = check(make_people, query, style, loader_messages=True, race=race, lenient=lenient)
     if style in LOADER_STYLES:
         for rec in recorders.values():
             if calls is not None:
@@ -1959,3 +2076,74 @@ def test_a_custom_is_async_iterable_decides_as_in_graphql_core(query: str, says:
     for name, (result, _) in runs.items():
         assert dumps(result.data) == dumps(expected.data), name
         assert in_order(errors_of(result)) == in_order(errors_of(expected)), name
+
+
+# -- property: a race is decided as graphql-core decides it ----------------------------------
+#
+# Random queries over one recursive type, where any field may fail and non-null
+# positions are everywhere, so errors race to null the same position often. In
+# the plain and async styles batchy must keep exactly what execute_sync keeps
+# (async resolvers run at once, up to their first wait). In the loader styles
+# graphql-core's pick depends on its task queue when two errors arrive in one
+# round at different depths (see test_non_null_propagation): there the data and
+# the nulled positions must agree.
+
+RACE_SDL = """
+type Query { node: Node }
+type Node {
+  ok: String
+  fail: String
+  failStrict: String!
+  node: Node
+  nodeStrict: Node!
+  list: [Node!]
+  listStrict: [Node!]!
+}
+"""
+
+
+@functools.cache
+def make_race(style: str) -> gql.GraphQLSchema:
+    two = lambda source, info: [{}, {}]  # noqa: E731
+    return attach(
+        gql.build_schema(RACE_SDL),
+        style,
+        {
+            "Query.node": lambda root, info: {},
+            "Node.ok": lambda source, info: "ok",
+            "Node.fail": _fail,
+            "Node.failStrict": _fail,
+            "Node.node": lambda source, info: {},
+            "Node.nodeStrict": lambda source, info: {},
+            "Node.list": two,
+            "Node.listStrict": two,
+        },
+    )
+
+
+def _selections(depth: int) -> st.SearchStrategy[list[Any]]:
+    leaf = st.sampled_from(["ok", "fail", "failStrict"])
+    if depth == 0:
+        return st.lists(leaf, min_size=1, max_size=3)
+    inner = st.tuples(
+        st.sampled_from(["node", "nodeStrict", "list", "listStrict"]), _selections(depth - 1)
+    )
+    return st.lists(st.one_of(leaf, inner), min_size=1, max_size=4)
+
+
+def _render(selections: list[Any]) -> str:
+    parts = []
+    for index, selection in enumerate(selections):
+        if isinstance(selection, str):
+            parts.append(f"f{index}: {selection}")
+        else:
+            name, inner = selection
+            parts.append(f"f{index}: {name} {_render(inner)}")
+    return "{ " + " ".join(parts) + " }"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(selections=_selections(3), style=st.sampled_from(STYLES))
+def test_races_are_decided_as_graphql_core_decides_them(selections: list[Any], style: str) -> None:
+    query = "{ node " + _render(selections) + " }"
+    check(make_race, query, style, race=True, lenient=style in DL_STYLE, collect=True)
