@@ -226,7 +226,12 @@ def _core_async(execute: Callable[[], Any], collect: bool = False) -> gql.Execut
         warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
         result = asyncio.run(_resolved(execute()))
         if result.errors and (collect or (result.data is None and not bgql.GRAPHQL_CORE_33)):
-            gc.collect()
+            for error in result.errors:
+                # The tracebacks hold the frames that hold those coroutines.
+                error.__traceback__ = None
+                if error.original_error is not None:
+                    error.original_error.__traceback__ = None
+            gc.collect(1)  # they are young
     return result  # type: ignore[no-any-return]
 
 
