@@ -173,16 +173,34 @@ class Task(Future[T]):
                 f"Task.start_eagerly() on task {self.name}: call it once, on a task not "
                 "started yet, from inside a running batchy handler"
             )
+        # An async def handler is asyncio's current task while it runs; the one
+        # current now (an async def parent, say) steps aside until it is done.
+        loop = sched.loop
+        current = asyncio.current_task(loop) if isinstance(self, _CoroTask) else None
         self._sched = sched
         self._scope = parent._scope
         self._ctx = parent._ctx  # we run in the parent's step: its tree's context
         sched._live += 1
         try:
+            if current is not None:
+                _leave_task(loop, current)
             self._step()
-        except Exception as error:  # as the scheduler treats a step's own failure
-            self._crash(error)
+        except BaseException as error:
+            # The step broke before the handler went on (a stack at its limit):
+            # the scheduler, which is running, steps it again from its own
+            # shallow stack. No Python call here or below: at the limit it
+            # would break too.
+            if self._state == PENDING and self._waiting is None and self._keys is None:
+                sched._ready.append(self)
+            if not isinstance(error, Exception):
+                raise
         finally:
             sched.current = parent  # steps never nest, except this one: restore it
+            if current is not None:
+                stray = asyncio.current_task(loop)
+                if stray is not None:  # the step broke between entering and leaving
+                    _leave_task(loop, stray)
+                _enter_task(loop, current)
 
     def _on_done(self, fut: Future[Any]) -> None:
         remaining = self._remaining
@@ -270,8 +288,8 @@ class Task(Future[T]):
             send = None
             throw, self._cancel = self._cancel, None
         coro = self._coro
-        # No save/restore: steps never nest, and the scheduler resets ``current``
-        # before it flushes or returns to the loop.
+        # No save/restore: steps never nest (start_eagerly restores it itself), and
+        # the scheduler resets ``current`` before it flushes or returns to the loop.
         self._sched.current = self  # type: ignore[union-attr]
         while True:
             try:
@@ -423,8 +441,10 @@ class Task(Future[T]):
         )
 
     def _fail(self, error: BaseException) -> None:
-        self._sched._live -= 1  # type: ignore[union-attr]
+        # Failed first: should waking its waiters break (a stack at its limit),
+        # the task is not stepped or counted down a second time.
         self._set_exception(error)
+        self._sched._live -= 1  # type: ignore[union-attr]
         if _hooks.hooks:
             _hooks.emit_task_failed(self, error)
 

@@ -752,3 +752,71 @@ def test_start_eagerly_outside_a_handler_or_twice_is_refused_by_name(where: str)
         "by_name.<locals>.nothing: call it once, on a task not started yet, from inside a "
         "running batchy handler"
     )
+
+
+def test_an_eager_async_task_is_asyncios_current_task_even_under_an_async_parent() -> None:
+    # The child's timeout must cancel the child, not the async def parent that
+    # started it (which was asyncio's current task when it did).
+    seen: list[str] = []
+
+    async def child() -> str:
+        try:
+            async with asyncio.timeout(0.01):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            return "child timed out"
+        return "child slept"
+
+    @batchy.task
+    async def parent() -> Any:
+        task = batchy.Task(child())
+        task.start_eagerly()
+        try:
+            await asyncio.sleep(0.05)
+            seen.append("parent slept undisturbed")
+        except asyncio.CancelledError:
+            seen.append("parent cancelled by the child's timeout")
+        return await task
+
+    assert batchy.run(parent()) == "child timed out"
+    assert seen == ["parent slept undisturbed"]
+
+
+@pytest.mark.timeout(60)
+def test_an_eager_start_that_hits_the_recursion_limit_never_leaves_a_task_stuck() -> None:
+    # At every distance from the stack's limit, the task either runs or fails:
+    # waiting for it always ends (a step broken before the handler went on is
+    # stepped again by the scheduler, from its own shallow stack).
+    import sys
+
+    async def child() -> int:
+        return 1
+
+    def dig(depth: int, task: batchy.Task[int]) -> None:
+        if depth:
+            dig(depth - 1, task)
+        else:
+            task.start_eagerly()
+
+    outcomes = set()
+    for offset in range(10, 70):
+
+        @batchy.task
+        def handler(offset: int = offset) -> Any:
+            task = batchy.Task(child())
+            started = True
+            try:
+                dig(sys.getrecursionlimit() - offset, task)
+            except RecursionError:
+                started = task.scope is not None
+            if not started:
+                task.cancel()  # it never started: close its coroutine
+                return "not started"
+            try:
+                return (yield task)
+            except (RecursionError, RuntimeError) as error:
+                return type(error).__name__
+
+        outcomes.add(batchy.run(handler()))
+    assert 1 in outcomes and "not started" in outcomes
+    assert outcomes <= {1, "not started", "RecursionError", "RuntimeError"}

@@ -105,15 +105,21 @@ class Completer(Positions):
         elif isinstance(value, Exception):
             raise value
         elif type(value) not in _NOT_PENDING:
-            pending = _pending(value, field)
+            try:
+                pending = _pending(value, field)
+                if pending is not None:
+                    fut, inner = pending
+                    if type(inner) is CoroutineType and pos.depth < self.eager:
+                        # graphql-core runs an async resolver at once, up to its first
+                        # wait: one that does not wait completes here, depth first, as
+                        # a plain resolver's value does (and so keeps the same error
+                        # when two race to null one position). Not deep down (see
+                        # Positions.eager): the stack would end the query too soon.
+                        fut.start_eagerly()  # type: ignore[attr-defined]
+            except BaseException:  # (a stack at its limit): never leave a coroutine unclosed
+                _close_unstarted((value,))
+                raise
             if pending is not None:
-                fut, inner = pending
-                if type(inner) is CoroutineType and self.pending.live:
-                    # graphql-core runs an async resolver at once, up to its first
-                    # wait: one that does not wait completes here, depth first, as
-                    # a plain resolver's value does (and so keeps the same error
-                    # when two race to null one position).
-                    fut.start_eagerly()  # type: ignore[attr-defined]
                 if fut.done():  # a key loaded earlier in this scope, or run eagerly
                     return self.complete(ftype, field, fut.result(), container, key, pos)
                 self.add(fut, (self.resume, ftype, field, container, key, pos, ()), inner)
@@ -340,12 +346,14 @@ class Completer(Positions):
         container[key] = self.object(fields, value, child)
 
 
-def _close_unstarted(items: Any, start: int) -> None:
+def _close_unstarted(items: Any, start: int = 0) -> None:
     """Close the coroutines (of ``async def`` resolvers) in ``items[start:]`` that never ran."""
-    if type(items) is list or type(items) is tuple:
+    if isinstance(items, (list, tuple)):
         for item in items[start:]:
             if type(item) is CoroutineType and inspect.getcoroutinestate(item) == "CORO_CREATED":
                 item.close()
+            elif isinstance(item, (list, tuple)):  # a list of lists
+                _close_unstarted(item)
 
 
 def _is_iterable(value: Any) -> bool:

@@ -101,6 +101,7 @@ class _Run(Completer):
     def finish(self, rest: Sequence[Field], root_value: Any, root: Pos) -> Generator[Any, Any, Any]:
         """The handler: completes what start() left waiting, then the mutation's other fields."""
         self.pending.start()
+        self.run_eagerly()
         try:
             if self.budget is not None:
                 remaining = self.budget.remaining()

@@ -9,6 +9,7 @@ graphql-core 3.3 drops them).
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from graphql import located_error
@@ -83,12 +84,25 @@ class Positions:
         self.sweep = False
         # Only a document with a fragment cycle can nest without end; see execute_planned().
         self.max_depth = max_depth
+        # Down to which depth async resolvers run at once (Completer.complete):
+        # none before the handler runs, then as deep as a tenth of the stack left
+        # allows (each such level takes a few frames; deeper ones are stepped
+        # by the scheduler, from the handler's own shallow stack).
+        self.eager = 0
         self.data: dict[str, Any] | None = None
         # Objects completed, and when to ask the budget next: without limits
         # never, so the only cost per object is one addition and one comparison.
         self.budget = budget
         self.objects = 0
         self.check_at = budget.check(0) if budget is not None else 1 << 62
+
+    def run_eagerly(self) -> None:
+        """The handler runs: async resolvers may run at once from here on (see ``eager``)."""
+        depth, frame = 0, sys._getframe()
+        while frame is not None:
+            depth += 1
+            frame = frame.f_back  # type: ignore[assignment]
+        self.eager = max(0, sys.getrecursionlimit() - depth) // 10
 
     def child_pos(
         self, ftype: Type, container: Any, key: Any, pos: Pos, typename: str | None

@@ -248,3 +248,72 @@ async def test_a_resolver_passing_a_list_to_a_loader_fails_only_its_field() -> N
     assert good.errors is None and good.data == {"other": "other 2"}
     assert mixed.data == {"byTags": None, "byId": "by_key 1"}
     assert sorted(calls) == [("by_key", [1]), ("other", [2])]  # one call each, one round
+
+
+# -- async def resolvers run at once (up to their first wait) -------------------------
+
+
+@pytest.mark.parametrize("shape", ["subclass", "nested"])
+def test_coroutines_a_failed_list_never_reached_are_closed(shape: str) -> None:
+    import gc
+    import warnings
+
+    class Items(list[Any]):
+        pass
+
+    async def good() -> str:
+        return "x"
+
+    async def bad() -> str:
+        raise ValueError("bad item")
+
+    async def node(root: Any, info: Any) -> Any:
+        return {}  # its fields are resolved in the handler, where async resolvers run at once
+
+    schema = gql.build_schema(
+        "type Query { node: Node } type Node { items: [String!], nested: [[String!]!] }"
+    )
+    schema.query_type.fields["node"].resolve = node  # type: ignore[union-attr]
+    fields = schema.get_type("Node").fields  # type: ignore[union-attr]
+    fields["items"].resolve = lambda source, info: Items([bad(), good(), good()])
+    fields["nested"].resolve = lambda source, info: [[bad(), good()], [good()]]
+    query = gql.parse("{ node { items } }" if shape == "subclass" else "{ node { nested } }")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = bgql.execute_sync(schema, query)
+        del result
+        gc.collect()
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
+
+
+def test_a_deep_query_of_async_resolvers_is_not_cut_short_by_running_them_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Deep down, async resolvers are stepped by the scheduler again, from the
+    # handler's own stack: the depth a query can reach does not shrink.
+    import sys
+
+    import graphql.language.parser
+
+    monkeypatch.setattr(graphql.language.parser, "MAX_NESTING_DEPTH", 10**6, raising=False)
+
+    schema = gql.build_schema("type Query { node: Node } type Node { child: Node, v: String }")
+
+    async def node(source: Any, info: Any) -> Any:
+        return {"v": "leaf"}
+
+    schema.query_type.fields["node"].resolve = node  # type: ignore[union-attr]
+    schema.get_type("Node").fields["child"].resolve = node  # type: ignore[union-attr]
+    depth = sys.getrecursionlimit() // 2
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit * 10)  # the parser's own recursion, not the executor's
+    try:
+        document = gql.parse("{ node { " + "child { " * depth + "v" + " }" * depth + " } }")
+    finally:
+        sys.setrecursionlimit(limit)
+    result = bgql.execute_sync(schema, document)
+    assert result.errors is None
+    data = result.data["node"]  # type: ignore[index]
+    for _ in range(depth):
+        data = data["child"]
+    assert data == {"v": "leaf"}
