@@ -10,6 +10,7 @@ import asyncio
 import gc
 import sqlite3
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -315,10 +316,19 @@ async def test_loaders_made_per_request_share_what_the_column_holds(db: Any) -> 
 def test_an_sqlite_database_closes_its_connections_when_collected(tmp_path: Path) -> None:
     db = sqlite.Database(str(tmp_path / "gc.db"), threads=2)
     assert batchy.run(db.fetch("SELECT 1 AS one")) == [{"one": 1}]
-    conns = list(db._conns)
+    live, lock = db._conns, db._lock
+    conns = list(live)
     assert conns
     del db
     gc.collect()
+    # The last reference may go on a worker thread (its last statement's closure),
+    # and the finalizer with it: wait until it has closed them all. Touching a
+    # connection while another thread closes it can crash the interpreter.
+    deadline = time.monotonic() + 10
+    while live and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with lock:  # and has left its critical section
+        assert live == []
     for conn in conns:  # closed, so Python 3.13 has no unclosed database to warn about
         with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
             conn.execute("SELECT 1")
