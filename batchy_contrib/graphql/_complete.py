@@ -32,6 +32,7 @@ from ._async import is_handler, run_generator
 from ._pending import (
     END,
     close_iterator,
+    close_unstarted,
     next_item,
     own_awaitable,
     own_coroutine,
@@ -350,10 +351,10 @@ def _close_unstarted(items: Any, start: int = 0) -> None:
     """Close the coroutines (of ``async def`` resolvers) in ``items[start:]`` that never ran."""
     if isinstance(items, (list, tuple)):
         for item in items[start:]:
-            if type(item) is CoroutineType and inspect.getcoroutinestate(item) == "CORO_CREATED":
-                item.close()
-            elif isinstance(item, (list, tuple)):  # a list of lists
+            if isinstance(item, (list, tuple)):  # a list of lists
                 _close_unstarted(item)
+            else:
+                close_unstarted(item)
 
 
 def _is_iterable(value: Any) -> bool:

@@ -34,6 +34,7 @@ __all__ = [
     "END",
     "Pending",
     "close_iterator",
+    "close_unstarted",
     "next_item",
     "own_awaitable",
     "own_coroutine",
@@ -119,10 +120,16 @@ def _cancel(fut: batchy.Future[Any], inner: Any) -> None:
     fut.cancel()
     # A task cancelled before it ran never starts what it was to run: close that
     # too, as graphql-core closes the coroutines it abandons.
-    if inspect.iscoroutine(inner) and inspect.getcoroutinestate(inner) == inspect.CORO_CREATED:
-        inner.close()
-    elif isinstance(inner, batchy.Task) and inner.scope is None:
+    if not close_unstarted(inner) and isinstance(inner, batchy.Task) and inner.scope is None:
         inner.cancel()
+
+
+def close_unstarted(value: Any) -> bool:
+    """Close ``value`` if it is a coroutine that never ran (it never will); True if it was."""
+    if inspect.iscoroutine(value) and inspect.getcoroutinestate(value) == inspect.CORO_CREATED:
+        value.close()
+        return True
+    return False
 
 
 @batchy.task
