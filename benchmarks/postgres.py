@@ -1,8 +1,8 @@
 """Job queues on one local PostgreSQL: batchy (``PostgresBackend``) vs procrastinate and pgqueuer.
 
 The PostgreSQL half of ``benchmarks.jobs``, built the same way. For each system,
-one worker process (started fresh per scenario, timed from the moment it starts
-until the last job finished, counted in-process):
+one worker process (started fresh per scenario, connected to the database, then
+timed from the moment it starts until the last job finished, counted in-process):
 
 - enqueue rate from one client: one job per call, and bulk (batchy
   ``enqueue_many``, procrastinate ``batch_defer_async``, pgqueuer ``enqueue``
@@ -239,6 +239,9 @@ async def _worker_async(system: str, scenario: str, n: int) -> dict[str, Any]:
         # Latency runs with the default poll interval: what it shows is the wake-up.
         poll = 0.5 if scenario == "lat" else 0.05
         worker = Worker(queue, concurrency=CONCURRENCY, poll_interval=poll, lease=60)
+        # Connected before the clock starts, as the peers are (procrastinate's
+        # open_async, pgqueuer's connection): the rate is the worker's, not the pool's.
+        await queue.backend.migrate()
         start = time.perf_counter()
         task = asyncio.create_task(worker.run())
         await _announce(scenario)

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -70,15 +72,35 @@ _PUSH = (
     "SELECT {s}.push(%s::text[], %s::text[], %s::text[], %s::float8[], %s::text[], "
     "%s::float8[], %s::text[])"
 )
-_CYCLE = (
-    "SELECT * FROM {s}.cycle(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
-    "%s::float8[], %s::text[], %s::float8[], %s::text[], %s::text[], %s::text[], %s, %s, "
-    "%s, %s, %s, %s)"
-)
+_CYCLE = "SELECT * FROM {s}.cycle(%s::jsonb, %s::text[], %s, %s, %s, %s, %s, %s)"
+
+_dumps = functools.partial(json.dumps, separators=(",", ":"), allow_nan=False)
+
+
+def _outcomes_json(outcomes: Sequence[Outcome], now: float) -> str:
+    """The cycle's outcomes parameter: one JSON array of each outcome's fields."""
+    rows = [
+        # Only a retry's due counts, sent as an offset the function adds to its clock.
+        [o.kind, o.id, o.token, o.queue, o.payload, o.due - now if o.kind == "retry" else 0.0,
+         o.result, o.keep, o.reason, o.traceback]
+        for o in outcomes
+    ]  # fmt: skip
+    text = _dumps(rows)
+    if "\\u0000" in text:
+        # PostgreSQL text holds no NUL character, and an error message may (a
+        # handler's exception): such a character is kept as U+FFFD, or the cycle
+        # would fail for good and the worker hand in no outcome again.
+        text = _dumps([[_no_nul(v) for v in row] for row in rows])
+    return text
+
+
+def _no_nul(value: object) -> object:
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
 
 # A cycle that changes no job: one release outcome for an id no job can have.
-_WARM: tuple[object, ...] = (["release"], ["\x01warm-up"], [""], [""], [None], [0.0], [None])
-_WARM += ([0.0], [""], [""], [], 0, "", 0.0, DEAD_MAX, DEAD_MAX_AGE, 0)
+_WARM: tuple[object, ...] = (_outcomes_json([Outcome("\x01warm-up", "release")], 0.0), [])
+_WARM += (0, "", 0.0, DEAD_MAX, DEAD_MAX_AGE, 0)
 
 
 class PostgresBackend(PostgresOperating, Backend):
@@ -265,17 +287,7 @@ class PostgresBackend(PostgresOperating, Backend):
         if loop.time() - self._pruned >= self.prune_every:
             self._pruned, prune = loop.time(), self.prune_batch
         params = (
-            [o.kind for o in given],
-            [o.id for o in given],
-            [o.token for o in given],
-            [o.queue for o in given],
-            [o.payload for o in given],
-            # Only a retry's due counts, sent as an offset the function adds to its clock.
-            [o.due - now if o.kind == "retry" else 0.0 for o in given],
-            [o.result for o in given],
-            [o.keep for o in given],
-            [o.reason for o in given],
-            [o.traceback for o in given],
+            _outcomes_json(given, now),
             list(queues),
             limit,
             worker,

@@ -660,3 +660,23 @@ async def test_wait_for_work_ends_on_a_push_on_work_left_and_at_a_due_time(queue
     assert waits <= 3 and due - 0.02 <= time.time() < due + 0.5
     assert len(await backend.cycle([], ["default"], 10, "w1", 30.0, time.time())) == 1
     await backend.forget_worker("w1")
+
+
+async def test_a_nul_character_in_a_failure_does_not_stop_the_worker(queue: Queue) -> None:
+    # PostgreSQL text holds no NUL, and an exception's message may: that store
+    # keeps it as U+FFFD. Such an outcome once made every cycle of its worker fail.
+    @queue.job(retries=0)
+    async def broken(n: int) -> None:
+        raise ValueError(f"bad byte \x00 in record {n}")
+
+    @queue.job
+    async def fine(n: int) -> int:
+        return n
+
+    dead = await broken.enqueue(1)
+    done = await fine.enqueue(2)
+    await asyncio.wait_for(drain(queue), 20)
+    assert (await done.status()).state == "done"
+    status = await dead.status()
+    assert status.state == "dead"
+    assert "bad byte \x00 in record 1" in status.reason.replace("\ufffd", "\x00")

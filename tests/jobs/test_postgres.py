@@ -118,7 +118,7 @@ async def test_the_schema_is_versioned_made_once_and_refuses_a_newer_one(
     await again.close()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         version = f'SELECT version FROM "{postgres_schema}".version'
-        assert conn.execute(version).fetchall() == [(5,)]
+        assert conn.execute(version).fetchall() == [(6,)]
         conn.execute(f'UPDATE "{postgres_schema}".version SET version = 99')
     newer = PostgresBackend(postgres_dsn, schema=postgres_schema)
     with pytest.raises(SchemaVersionError, match="of version 99, newer than this release"):
@@ -140,12 +140,26 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
         conn.execute(
             f"ALTER TABLE {schema}.results DROP COLUMN queue, DROP COLUMN okey, DROP COLUMN payload"
         )
+        # Its step took ten arrays of outcome fields (version 6 takes one JSON array).
+        conn.execute(
+            f"CREATE FUNCTION {schema}.cycle(text[], text[], text[], text[], text[], float8[], "
+            "text[], float8[], text[], text[], text[], int, text, float8, int, float8, int) "
+            "RETURNS TABLE (kind text, id text, queue text, payload text, token text) "
+            "LANGUAGE sql AS $$ SELECT NULL::text, NULL, NULL, NULL, NULL $$"
+        )
         conn.execute(f"UPDATE {schema}.version SET version = 1")
     again = PostgresBackend(postgres_dsn, schema=postgres_schema)
     await again.migrate()
     await again.close()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        assert conn.execute(f"SELECT version FROM {schema}.version").fetchall() == [(5,)]
+        assert conn.execute(f"SELECT version FROM {schema}.version").fetchall() == [(6,)]
+        steps = conn.execute(
+            "SELECT pg_get_function_identity_arguments(p.oid) FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s "
+            "AND p.proname = 'cycle'",
+            (postgres_schema,),
+        ).fetchall()
+        assert len(steps) == 1 and steps[0][0].startswith("p_outcomes jsonb")
         assert conn.execute(f"SELECT count(*) FROM {schema}.cancels").fetchall() == [(0,)]
         assert conn.execute(f"SELECT count(*) FROM {schema}.counts").fetchall() == [(0,)]
         assert conn.execute(f"SELECT count(*) FROM {schema}.runs").fetchall() == [(0,)]
