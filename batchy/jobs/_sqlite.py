@@ -60,7 +60,7 @@ from ._sqlite_counts import add_counts, read_counts
 from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_runs import note_run, runs
 from ._sqlite_tx import Transaction as _Transaction
-from ._sqlite_tx import advance, check_app_connection, entry_state, finish_done
+from ._sqlite_tx import advance, check_app_connection, entry_state, finish_done, open_wal
 from ._sqlite_tx import chunks as _chunks
 from ._sqlite_tx import create_schema as _create_schema
 from ._sqlite_tx import pairs as _pairs
@@ -99,12 +99,9 @@ class SQLiteBackend(Backend):
         # a lock keeps their transactions from interleaving. No await happens
         # while it is held, so the event loop never waits on itself.
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(
-            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = open_wal(self.path, busy_timeout)
         self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        with self._tx():
+        with _Transaction(self._db, self._lock, noted=False):
             _create_schema(self._db)
         self._pruned = 0.0
         self._wakeups = SQLiteWakeups(self.path, self._db, self._lock)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
+from . import _clock
 from ._errors import ConfigError
 from ._model import Outcome
 
@@ -22,6 +24,7 @@ __all__ = [
     "create_schema",
     "entry_state",
     "finish_done",
+    "open_wal",
     "pairs",
 ]
 
@@ -57,6 +60,24 @@ CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY);
 """
 
 
+def open_wal(path: str, busy_timeout: float) -> sqlite3.Connection:
+    """Connect to ``path`` in WAL mode, waiting up to ``busy_timeout`` for other openers."""
+    db = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return db
+        except sqlite3.OperationalError as exc:
+            # SQLite answers this pragma "locked" at once, without its busy handler,
+            # while another process is switching the same new file to WAL: two
+            # processes started together (a worker and an enqueue) would fail one.
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                db.close()
+                raise
+            time.sleep(0.005)
+
+
 def create_schema(db: sqlite3.Connection) -> None:
     """Create the tables (in the caller's transaction); older files get the new columns."""
     for statement in _SCHEMA.split(";"):
@@ -78,6 +99,9 @@ def create_schema(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS dead_died_id ON dead (died, id)")
     db.execute("DROP INDEX IF EXISTS dead_died")  # dead_died_id does its work
     db.execute("CREATE INDEX IF NOT EXISTS results_expires ON results (expires, id)")
+    # When the last write transaction began and ended (see Transaction): one row.
+    db.execute("CREATE TABLE IF NOT EXISTS held (began REAL NOT NULL, ended REAL NOT NULL)")
+    db.execute("INSERT INTO held SELECT 0, 0 WHERE NOT EXISTS (SELECT 1 FROM held)")
     # Cancels an operator asked for, each for one claim (its token) of a running job.
     db.execute(
         "CREATE TABLE IF NOT EXISTS cancels (id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
@@ -153,12 +177,29 @@ def pairs(chunk: Sequence[tuple[str, str]]) -> tuple[str, tuple[str, ...]]:
     return f"id IN ({ids}) AND (id, token) IN (VALUES {marks})", params
 
 
-class Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error): one atomic step."""
+#: Seconds a write transaction may hold the file before the leases it outlived
+#: get that time back (a normal one takes milliseconds).
+HOLD_GRACE = 0.1
 
-    def __init__(self, db: sqlite3.Connection, lock: threading.RLock) -> None:
+
+class Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error): one atomic step.
+
+    Each one notes when it began and ended (table ``held``). While a transaction
+    holds the file, no other process can renew a lease: a process stopped or
+    frozen inside one (SIGSTOP, a VM pause) would let every worker's leases run
+    out, and the next cycle would hand running jobs to a second worker while the
+    first still runs them. So the next transaction gives a long hold's time back
+    to the leases that were live when it began, before anything else reads them.
+    """
+
+    def __init__(
+        self, db: sqlite3.Connection, lock: threading.RLock, *, noted: bool = True
+    ) -> None:
         self.db = db
         self.lock = lock
+        self.noted = noted  # False only while the schema (and table held) is being made
+        self.began = 0.0
 
     def __enter__(self) -> None:
         self.lock.acquire()
@@ -167,12 +208,47 @@ class Transaction:
         except BaseException:
             self.lock.release()
             raise
+        try:
+            self.began = _clock.store_now()
+            if self.noted:
+                _give_back_held_time(self.db)
+        except BaseException:
+            try:
+                self.db.execute("ROLLBACK")
+            finally:
+                self.lock.release()
+            raise
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
-            self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+            if exc_type is None:
+                self._commit()
+            else:
+                self.db.execute("ROLLBACK")
         finally:
             self.lock.release()
+
+    def _commit(self) -> None:
+        try:
+            if self.noted:
+                ended = _clock.store_now()
+                self.db.execute("UPDATE held SET began = ?, ended = ?", (self.began, ended))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+
+def _give_back_held_time(db: sqlite3.Connection) -> None:
+    row = db.execute("SELECT began, ended FROM held").fetchone()
+    if row is not None and row[1] - row[0] > HOLD_GRACE:
+        # The last transaction held the file from `began` to `ended`: a lease live
+        # at `began` could not be renewed for that long. (It is applied once: this
+        # transaction notes its own times over it.)
+        db.execute(
+            "UPDATE jobs SET lease = lease + ? WHERE state = 1 AND lease >= ?",
+            (row[1] - row[0], row[0]),
+        )
 
 
 def check_app_connection(store: object, path: str, connection: Any) -> None:
