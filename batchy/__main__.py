@@ -85,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
         help="jobs run at once in this process, their loads batched together (default 10)",
     )  # fmt: skip
     worker.add_argument(
+        "--prefetch", type=int, default=0,
+        help="jobs claimed ahead of a free slot, for short jobs (default 0: only for free slots)",
+    )  # fmt: skip
+    worker.add_argument(
         "-q", "--queue", action="append", dest="queues", metavar="NAME[,WEIGHT]",
         help="queue to fetch from; repeat; weights make it weighted, none strict",
     )  # fmt: skip
@@ -146,6 +150,7 @@ async def _worker(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         shutdown_timeout=args.shutdown_timeout,
         burst=args.burst,
+        prefetch=args.prefetch,
     )
     names = ", ".join(f"{n},{w}" if w else n for n, w in worker.queue_specs)
     logging.getLogger("batchy.jobs").info(

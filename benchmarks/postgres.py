@@ -8,7 +8,8 @@ timed from the moment it starts until the last job finished, counted in-process)
   ``enqueue_many``, procrastinate ``batch_defer_async``, pgqueuer ``enqueue``
   with lists: each one statement per 1,000 jobs);
 - no-op jobs/s, and jobs/s when each job awaits 5 ms of I/O, at concurrency 100
-  (procrastinate ``concurrency=100``; pgqueuer on asyncpg,
+  (batchy ``concurrency=100, prefetch=100``, its next 100 jobs claimed while the
+  last run; procrastinate ``concurrency=100``; pgqueuer on asyncpg,
   ``max_concurrent_tasks=100``, ``batch_size=50``, the largest it accepts with
   that cap);
 - jobs/s and queries when each job loads one row from a PostgreSQL table
@@ -238,7 +239,9 @@ async def _worker_async(system: str, scenario: str, n: int) -> dict[str, Any]:
         queue = batchy_queue()
         # Latency runs with the default poll interval: what it shows is the wake-up.
         poll = 0.5 if scenario == "lat" else 0.05
-        worker = Worker(queue, concurrency=CONCURRENCY, poll_interval=poll, lease=60)
+        worker = Worker(
+            queue, concurrency=CONCURRENCY, prefetch=CONCURRENCY, poll_interval=poll, lease=60
+        )
         # Connected before the clock starts, as the peers are (procrastinate's
         # open_async, pgqueuer's connection): the rate is the worker's, not the pool's.
         await queue.backend.migrate()

@@ -184,6 +184,9 @@ def worker_main(store: str, prefix: str, log_dir: str, settings: Settings) -> No
         # LISTEN (whose connection the test kills) and poll only once a lease.
         poll_interval=settings.lease if is_postgres(store) else 0.05,
         shutdown_timeout=1.0,
+        # About half the workers claim a batch ahead: those jobs are leased and
+        # waiting when the worker is killed or paused, and must come back intact.
+        prefetch=settings.concurrency if os.getpid() % 2 else 0,
     )
     asyncio.run(worker.run(signals=True))
 

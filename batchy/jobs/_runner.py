@@ -89,6 +89,12 @@ async def run_job(
     # handler begins); checked here too, so such a run emits no events.
     if fresh is not None and not fresh():
         return None
+    if cancel_requested is not None and cancel_requested():
+        # Cancelled while it waited for a slot (claimed ahead): it never began.
+        log.info("job %s %s cancelled by an operator before it began", message.id, message.job)
+        return cancelled(
+            queue, message, asyncio.CancelledError("before it began"), 0.0, claimed.token
+        )
     attempt = message.attempt + 1
     # Each job gets its own scope: loads batch with every other running job's,
     # but cached values never leak from one job to the next.

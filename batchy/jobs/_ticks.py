@@ -6,12 +6,15 @@ them, because a tick's envelope carries a unique key (job name + tick time).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._cron import Schedule
 from ._job import JobType
 from ._model import Envelope, Message, Serializer, encode
+
+if TYPE_CHECKING:
+    from ._backend import Backend
 
 __all__ = ["PeriodicLike", "Ticks"]
 
@@ -70,3 +73,24 @@ class Ticks:
             )
             envelopes.append((message, envelope))
         return envelopes
+
+    async def push_due(
+        self,
+        backend: Backend,
+        now: float,
+        announce: Callable[[Message], None],
+        failed: Callable[[BaseException], object],
+    ) -> None:
+        """Push the ticks due at ``now``: ``announce`` each one kept, ``failed`` a failed push."""
+        due = self.due(now)
+        if due:
+            try:
+                pushed = await backend.push([e for _, e in due], now)
+            except Exception as error:
+                failed(error)
+                return
+            # Every worker pushes each tick and the store keeps one: only the worker
+            # whose push was kept tells the hooks (one enqueue counted, one span).
+            for (message, _), kept in zip(due, pushed, strict=True):
+                if kept:
+                    announce(message)

@@ -2,8 +2,8 @@
 
 One loop does all the talking to the store, one round trip per turn
 (:meth:`Backend.cycle`): it hands in the outcomes of every job that finished
-since the last turn and claims as many new jobs as there are free slots. So
-throughput is bounded by jobs per round trip, not round trips per job. Jobs run
+since the last turn and claims a job per free slot (``prefetch`` more: _ahead).
+So throughput is bounded by jobs per round trip, not round trips per job. Jobs run
 as asyncio tasks on one loop, so their loads join the same batchy rounds: 100
 concurrent jobs that each load a user make one batch call, not 100.
 
@@ -33,18 +33,19 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import batchy
 
 from . import _clock
 from ._activity import Tally
+from ._ahead import Ahead
 from ._errors import ConfigError
 from ._fetch import fetch_order, parse_queues
 from ._hooks import JobHook, log
 from ._leases import Claim, Leases
-from ._model import Claimed, Outcome, WorkerInfo, new_id
+from ._model import Claimed, Claims, Outcome, WorkerInfo, new_id
 from ._outage import Outage
 from ._runner import run_job
 from ._ticks import Ticks
@@ -63,7 +64,9 @@ class Worker:
     when critical is empty) or weighted (``["critical,3", "default"]``: critical
     is tried first three times as often); by default every queue a job type of
     ``queue`` is declared on, with equal weights. ``burst=True`` returns once no job is
-    ready or running (tests, scripts).
+    ready or running (tests, scripts). ``prefetch`` claims up to that many jobs
+    beyond ``concurrency``, to begin as soon as slots free (see _ahead): for short
+    jobs, whose turns with the store it overlaps; off by default.
     """
 
     def __init__(
@@ -78,10 +81,16 @@ class Worker:
         shutdown_timeout: float = 25.0,
         hooks: Iterable[JobHook] = (),
         burst: bool = False,
+        prefetch: int = 0,
     ) -> None:
         if type(concurrency) is not int or concurrency < 1:
             raise ConfigError(
                 f"Worker concurrency={concurrency!r} must be an int >= 1 (jobs run at once)"
+            )
+        if type(prefetch) is not int or prefetch < 0:
+            raise ConfigError(
+                f"Worker prefetch={prefetch!r} must be an int >= 0 (jobs claimed ahead of a "
+                "free slot; 0, the default, claims only for free slots)"
             )
         if not lease > 0 or not poll_interval > 0 or shutdown_timeout < 0:
             raise ConfigError(
@@ -115,6 +124,7 @@ class Worker:
         self._running: dict[Claim, asyncio.Task[Outcome | None]] = {}
         self._leases = Leases(self.id, lease, queue.serializer)
         self._outcomes: list[Outcome] = []
+        self._ahead = Ahead(prefetch)
         self._outage = Outage(self.id, poll_interval)
         self._wake: asyncio.Event | None = None
         self._quiet = False
@@ -211,16 +221,27 @@ class Worker:
         backend = self.queue.backend
         while not self._stopping:
             now = _clock.now()
-            await self._tick_periodics(now)
-            free = 0 if self._quiet else self.concurrency - len(self._running)
+            await self._ticks.push_due(backend, now, self.queue._announce, self._outage.failed)
+            if self._quiet and self._ahead:
+                self._outcomes += self._ahead.hand_back(self._leases)
+            # Slots, and room ahead (a cancelled job claimed ahead may have run over).
+            room = self.concurrency + self._ahead.size - len(self._running) - len(self._ahead)
+            free = 0 if self._quiet else max(0, room)
             # A wake-up from here on may be for work this cycle misses: look again.
             self._store_wait.signalled = False
             outcomes, self._outcomes = self._outcomes, []
             sent = time.monotonic()  # the store starts the new leases no earlier
             try:
-                claimed = await backend.cycle(
+                turn: Awaitable[Claims] = backend.cycle(
                     outcomes, fetch_order(self.queue_specs), free, self.id, self.lease, now
                 )
+                if self._ahead:
+                    # The turn goes out first, then the jobs claimed ahead run while
+                    # it travels: that overlap is what prefetch is for.
+                    turn = asyncio.ensure_future(turn)
+                    for claim, job in self._ahead.take(self.concurrency - len(self._running)):
+                        self._begin(job, claim)
+                claimed = await turn
             except Exception as error:
                 self._outcomes = outcomes + self._outcomes
                 await asyncio.sleep(self._outage.failed(error))
@@ -229,8 +250,12 @@ class Worker:
             self._leases.settle(outcomes, claimed.refused)
             self._cancel(claimed.cancel)
             for job in claimed:
-                self._start(job, sent)
-            if self.burst and not claimed and not self._running and not self._outcomes:
+                claim = self._leases.add(job, sent)
+                if len(self._running) < self.concurrency:
+                    self._begin(job, claim)
+                else:
+                    self._ahead.add(claim, job)
+            if self.burst and not (claimed or self._running or self._outcomes or self._ahead):
                 return
             # No second look when the claim was short of `free`: the queues were
             # drained, and a job that arrives since wakes the wait below.
@@ -263,8 +288,7 @@ class Worker:
         finally:
             woken.cancel()
 
-    def _start(self, job: Claimed, sent: float) -> None:
-        claim = self._leases.add(job, sent)
+    def _begin(self, job: Claimed, claim: Claim) -> None:
         # Paused between the claim and now, the lease may have moved on: such a
         # run is not begun (it would overlap the new holder's).
         if not self._leases.fresh(claim):
@@ -282,6 +306,11 @@ class Worker:
     def _cancel(self, claims: Sequence[Claim]) -> None:
         """An operator cancelled ``claims``: stop those running here at their next await."""
         for claim in claims:
+            waiting = self._ahead.pop(claim)
+            if waiting is not None:  # claimed ahead: it ends as cancelled, never begun
+                self._cancelled.add(claim)
+                self._begin(waiting, claim)
+                continue
             task = self._running.get(claim)
             if task is not None and not task.done() and claim not in self._cancelled:
                 log.info("worker %s: cancelling job %s (asked by an operator)", self.id, claim[0])
@@ -311,7 +340,7 @@ class Worker:
         if self._running:
             log.info("worker %s waiting for %d job(s)", self.id, len(self._running))
             await asyncio.wait(list(self._running.values()), timeout=self.shutdown_timeout)
-        released = [
+        released = self._ahead.hand_back(self._leases) + [
             Outcome(job_id, "release", token=token)
             for (job_id, token), task in self._running.items()
             if not task.done() and self._leases.holds((job_id, token))
@@ -382,20 +411,10 @@ class Worker:
                 self._outage.ok("heartbeat")
                 await self._tally.flush(self.queue.backend)
 
-    async def _tick_periodics(self, now: float) -> None:
-        due = self._ticks.due(now)
-        if due:
-            try:
-                pushed = await self.queue.backend.push([e for _, e in due], now)
-            except Exception as error:
-                self._outage.failed(error)
-                return
-            # Every worker pushes each tick and the store keeps one: only the worker
-            # whose push was kept tells the hooks (one enqueue counted, one span).
-            for (message, _), kept in zip(due, pushed, strict=True):
-                if kept:
-                    self.queue._announce(message)
-
     def stats(self) -> dict[str, Any]:
         """Jobs processed and running, for tests and dashboards."""
-        return {"processed": self.processed, "running": len(self._running)}
+        return {
+            "processed": self.processed,
+            "running": len(self._running),
+            "waiting": len(self._ahead),
+        }

@@ -248,13 +248,13 @@ async def test_a_run_whose_lease_ran_out_before_it_began_never_begins(
 
     first = await step.enqueue(7, 1)
     a = fast_worker(queue, lease=0.2, heartbeat=0.05, concurrency=1)
-    begin = a._start
+    begin = a._begin
 
-    def begin_then_pause(job: Any, sent: float) -> None:
-        begin(job, sent)
+    def begin_then_pause(job: Any, claim: Any) -> None:
+        begin(job, claim)
         time.sleep(0.3)  # SIGSTOP here: the task exists, its first step has not run
 
-    a._start = begin_then_pause  # type: ignore[method-assign]
+    a._begin = begin_then_pause  # type: ignore[method-assign]
     a_task = asyncio.create_task(a.run())
     await asyncio.sleep(0.1)
     a.stop()

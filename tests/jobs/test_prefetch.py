@@ -1,0 +1,178 @@
+"""Jobs claimed ahead of a free slot (``Worker(prefetch=N)``), on every store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+import batchy
+from batchy.jobs import ConfigError, Queue, Worker
+from batchy.testing import record
+
+from .conftest import fast_worker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def wait_until(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def states(queue: Queue, handles: list[Any]) -> list[str]:
+    return [(await h.status()).state for h in handles]
+
+
+async def test_jobs_claimed_ahead_still_batch_their_loads_in_full(queue: Queue) -> None:
+    @batchy.batched
+    async def users_by_id(ids: list[int]) -> list[int]:
+        await asyncio.sleep(0.001)
+        return list(ids)
+
+    @queue.job
+    async def load_user(uid: int) -> int:
+        return await users_by_id(uid)  # type: ignore[no-any-return]
+
+    claims: list[int] = []
+    cycle = queue.backend.cycle
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        got = await cycle(*args, **kwargs)
+        claims.append(len(got))
+        return got
+
+    queue.backend.cycle = counted  # type: ignore[method-assign]
+    await queue.enqueue_many(load_user.call(i) for i in range(1000))
+    worker = fast_worker(queue, burst=True, concurrency=100, prefetch=100)
+    with record() as rec:
+        await worker.run()
+    assert worker.processed == 1000
+    assert max(claims) == 200  # the first turn claimed a slot's worth ahead
+    calls = rec.calls(users_by_id)
+    assert sorted(k for c in calls for k in c) == list(range(1000))
+    assert len(calls) <= 13, rec.report()
+
+
+async def test_stop_hands_back_the_jobs_claimed_ahead_at_once(queue: Queue) -> None:
+    started: list[int] = []
+
+    @queue.job
+    async def stuck(x: int) -> None:
+        started.append(x)
+        await asyncio.sleep(30)
+
+    handles = [await stuck.enqueue(i) for i in range(4)]
+    worker = fast_worker(queue, concurrency=1, prefetch=3, shutdown_timeout=0.1)
+    task = asyncio.create_task(worker.run())
+    await wait_until(lambda: _true(worker.stats()["waiting"] == 3))
+    assert started == [0] and await states(queue, handles) == ["running"] * 4
+
+    # Leased to this worker, they count as its running jobs in `batchy info`.
+    (info,) = await queue.admin.workers()
+    assert sorted(info.running) == sorted(h.id for h in handles)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert started == [0]
+    assert await states(queue, handles) == ["queued"] * 4  # not after a lease
+
+
+async def test_quiet_hands_back_the_jobs_claimed_ahead(queue: Queue) -> None:
+    gate = asyncio.Event()
+    started: list[int] = []
+
+    @queue.job
+    async def held(x: int) -> None:
+        started.append(x)
+        await gate.wait()
+
+    handles = [await held.enqueue(i) for i in range(3)]
+    worker = fast_worker(queue, concurrency=1, prefetch=2)
+    task = asyncio.create_task(worker.run())
+    await wait_until(lambda: _true(worker.stats()["waiting"] == 2))
+    worker.quiet()
+
+    async def handed_back() -> bool:
+        return await states(queue, handles) == ["running", "queued", "queued"]
+
+    await wait_until(handed_back)
+    gate.set()
+    await wait_until(lambda: _true(worker.processed == 1))
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert started == [0] and worker.stats()["waiting"] == 0
+
+
+async def test_a_job_cancelled_while_claimed_ahead_ends_cancelled_and_never_runs(
+    queue: Queue,
+) -> None:
+    gate = asyncio.Event()
+    started: list[int] = []
+
+    @queue.job(retries=5)
+    async def held(x: int) -> None:
+        started.append(x)
+        await gate.wait()
+
+    first, second = await held.enqueue(1), await held.enqueue(2)
+    worker = fast_worker(queue, concurrency=1, prefetch=1)
+    task = asyncio.create_task(worker.run())
+    await wait_until(lambda: _true(worker.stats()["waiting"] == 1))
+    assert await queue.admin.cancel(second.id) == 1
+
+    async def dead() -> bool:
+        return (await second.status()).state == "dead"
+
+    await wait_until(dead)
+    shown = await queue.admin.job(second.id)
+    assert shown.state == "cancelled" and shown.attempts == 1
+    assert shown.error.startswith("cancelled by an operator")
+    assert "CancelledError: before it began" in shown.traceback
+    gate.set()
+    await wait_until(lambda: _true(worker.processed == 2))
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert started == [1]  # the cancelled one never ran
+    assert (await first.status()).state == "done"
+
+
+async def test_the_heartbeat_keeps_jobs_claimed_ahead_leased(queue: Queue) -> None:
+    # The second job waits 1.5 s for the slot, three leases long: renewed, no other
+    # worker takes it, and it runs once.
+    ran: list[int] = []
+
+    @queue.job
+    async def slow(x: int) -> None:
+        ran.append(x)
+        if x == 0:
+            await asyncio.sleep(1.5)
+
+    await slow.enqueue(0)
+    await slow.enqueue(1)
+    first = fast_worker(queue, concurrency=1, prefetch=1, lease=0.5)
+    first_run = asyncio.create_task(first.run())
+    await wait_until(lambda: _true(first.stats()["waiting"] == 1))
+    other = fast_worker(queue, concurrency=5, lease=0.5)
+    other_run = asyncio.create_task(other.run())
+    await wait_until(lambda: _true(first.processed == 2))
+    first.stop()
+    other.stop()
+    await asyncio.wait_for(asyncio.gather(first_run, other_run), 10)
+    assert ran == [0, 1] and other.processed == 0
+
+
+def test_prefetch_must_be_a_count(queue: Queue) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Worker(queue, prefetch=-1)
+    assert str(caught.value) == (
+        "Worker prefetch=-1 must be an int >= 0 (jobs claimed ahead of a free slot; 0, "
+        "the default, claims only for free slots)"
+    )
+
+
+async def _true(value: bool) -> bool:
+    return value
