@@ -50,13 +50,6 @@ class Ahead:
 
     def hand_back(self, leases: Leases) -> list[Outcome]:
         """Release every waiting claim still held: the store gives those jobs to others."""
-        outcomes = [
-            Outcome(job_id, "release", token=token)
-            for job_id, token in self._waiting
-            if leases.holds((job_id, token))
-        ]
-        for claim in self._waiting:
-            if not leases.holds(claim):
-                leases.drop(claim)  # lost while it waited: nothing to hand back
+        outcomes = leases.release(self._waiting)
         self._waiting.clear()
         return outcomes

@@ -97,6 +97,16 @@ class Leases:
         token = claim[1]
         return outcome if outcome.token == token else outcome.with_token(token)
 
+    def release(self, claims: Iterable[Claim]) -> list[Outcome]:
+        """Outcomes handing ``claims`` back to their queue; claims lost already are forgotten."""
+        outcomes = []
+        for claim in claims:
+            if self.holds(claim):
+                outcomes.append(Outcome(claim[0], "release", token=claim[1]))
+            else:
+                self.drop(claim)
+        return outcomes
+
     def drop(self, claim: Claim) -> None:
         """Forget ``claim`` without an outcome (its run was cancelled or crashed)."""
         self._held.pop(claim, None)

@@ -340,11 +340,8 @@ class Worker:
         if self._running:
             log.info("worker %s waiting for %d job(s)", self.id, len(self._running))
             await asyncio.wait(list(self._running.values()), timeout=self.shutdown_timeout)
-        released = self._ahead.hand_back(self._leases) + [
-            Outcome(job_id, "release", token=token)
-            for (job_id, token), task in self._running.items()
-            if not task.done() and self._leases.holds((job_id, token))
-        ]
+        unfinished = [claim for claim, task in self._running.items() if not task.done()]
+        released = self._ahead.hand_back(self._leases) + self._leases.release(unfinished)
         for task in list(self._running.values()):
             task.cancel()
         if released:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from typing import Any
 
@@ -18,8 +19,9 @@ pytestmark = pytest.mark.timeout(60)
 
 
 async def wait_until(check: Any, timeout: float = 10.0) -> None:
+    """Until ``check()`` (a bool, or an awaitable of one) is true."""
     deadline = time.monotonic() + timeout
-    while not await check():
+    while not ((await result) if inspect.isawaitable(result := check()) else result):
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.02)
 
@@ -69,7 +71,7 @@ async def test_stop_hands_back_the_jobs_claimed_ahead_at_once(queue: Queue) -> N
     handles = [await stuck.enqueue(i) for i in range(4)]
     worker = fast_worker(queue, concurrency=1, prefetch=3, shutdown_timeout=0.1)
     task = asyncio.create_task(worker.run())
-    await wait_until(lambda: _true(worker.stats()["waiting"] == 3))
+    await wait_until(lambda: worker.stats()["waiting"] == 3)
     assert started == [0] and await states(queue, handles) == ["running"] * 4
 
     # Leased to this worker, they count as its running jobs in `batchy info`.
@@ -93,7 +95,7 @@ async def test_quiet_hands_back_the_jobs_claimed_ahead(queue: Queue) -> None:
     handles = [await held.enqueue(i) for i in range(3)]
     worker = fast_worker(queue, concurrency=1, prefetch=2)
     task = asyncio.create_task(worker.run())
-    await wait_until(lambda: _true(worker.stats()["waiting"] == 2))
+    await wait_until(lambda: worker.stats()["waiting"] == 2)
     worker.quiet()
 
     async def handed_back() -> bool:
@@ -101,7 +103,7 @@ async def test_quiet_hands_back_the_jobs_claimed_ahead(queue: Queue) -> None:
 
     await wait_until(handed_back)
     gate.set()
-    await wait_until(lambda: _true(worker.processed == 1))
+    await wait_until(lambda: worker.processed == 1)
     worker.stop()
     await asyncio.wait_for(task, 10)
     assert started == [0] and worker.stats()["waiting"] == 0
@@ -121,7 +123,7 @@ async def test_a_job_cancelled_while_claimed_ahead_ends_cancelled_and_never_runs
     first, second = await held.enqueue(1), await held.enqueue(2)
     worker = fast_worker(queue, concurrency=1, prefetch=1)
     task = asyncio.create_task(worker.run())
-    await wait_until(lambda: _true(worker.stats()["waiting"] == 1))
+    await wait_until(lambda: worker.stats()["waiting"] == 1)
     assert await queue.admin.cancel(second.id) == 1
 
     async def dead() -> bool:
@@ -133,7 +135,7 @@ async def test_a_job_cancelled_while_claimed_ahead_ends_cancelled_and_never_runs
     assert shown.error.startswith("cancelled by an operator")
     assert "CancelledError: before it began" in shown.traceback
     gate.set()
-    await wait_until(lambda: _true(worker.processed == 2))
+    await wait_until(lambda: worker.processed == 2)
     worker.stop()
     await asyncio.wait_for(task, 10)
     assert started == [1]  # the cancelled one never ran
@@ -155,10 +157,10 @@ async def test_the_heartbeat_keeps_jobs_claimed_ahead_leased(queue: Queue) -> No
     await slow.enqueue(1)
     first = fast_worker(queue, concurrency=1, prefetch=1, lease=0.5)
     first_run = asyncio.create_task(first.run())
-    await wait_until(lambda: _true(first.stats()["waiting"] == 1))
+    await wait_until(lambda: first.stats()["waiting"] == 1)
     other = fast_worker(queue, concurrency=5, lease=0.5)
     other_run = asyncio.create_task(other.run())
-    await wait_until(lambda: _true(first.processed == 2))
+    await wait_until(lambda: first.processed == 2)
     first.stop()
     other.stop()
     await asyncio.wait_for(asyncio.gather(first_run, other_run), 10)
@@ -172,7 +174,3 @@ def test_prefetch_must_be_a_count(queue: Queue) -> None:
         "Worker prefetch=-1 must be an int >= 0 (jobs claimed ahead of a free slot; 0, "
         "the default, claims only for free slots)"
     )
-
-
-async def _true(value: bool) -> bool:
-    return value
