@@ -44,8 +44,8 @@ from ._gather import (
     flat_gather,
     shape_of,
 )
-from ._scheduler import Scheduler, _local
-from ._scope import Scope
+from ._scheduler import Scheduler, _local, scheduler_for
+from ._scope import Scope, current_scope
 
 __all__ = ["Handler", "Task"]
 
@@ -157,6 +157,30 @@ class Task(Future[T]):
             cycle = find_cycle(self, sched.current)
             if cycle is not None:
                 raise _cycle_error(cycle)
+
+    def start(self, scope: Scope | None = None) -> Task[T]:
+        """Start the task on the running event loop without waiting for it; returns the task.
+
+        As ``asyncio.create_task`` does for a coroutine: the handler runs from the
+        scheduler's next step, its loads batching with every other task's. It runs
+        in ``scope``, else the current scope (else a scope of its own). Nothing
+        waits on it: read its outcome with :meth:`add_done_callback`, or await it
+        later. Call it once, from code running on the event loop.
+        """
+        if self._sched is not None or self._state != PENDING:
+            raise UsageError(
+                f"Task.start() on task {self.name}: the task was started already; "
+                "start a task once, then await it or add a done callback"
+            )
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise UsageError(
+                f"Task.start() on task {self.name}: no event loop is running here; "
+                "call it from async code, or run the task with batchy.run(...)"
+            ) from None
+        self._activate(scheduler_for(loop), scope if scope is not None else current_scope())
+        return self
 
     def start_eagerly(self) -> None:
         """Start the task in the running handler's scope and step it at once, up to its first wait.

@@ -820,3 +820,81 @@ def test_an_eager_start_that_hits_the_recursion_limit_never_leaves_a_task_stuck(
         outcomes.add(batchy.run(handler()))
     assert 1 in outcomes and "not started" in outcomes
     assert outcomes <= {1, "not started", "RecursionError", "RuntimeError"}
+
+
+# -- Task.start: a task begun from asyncio code without waiting on it ----------------
+
+
+async def test_a_started_task_runs_without_being_awaited_and_batches_with_the_others() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+    ended: list[Any] = []
+
+    async def load(k: int) -> int:
+        return await double(k)
+
+    tasks = [batchy.Task(load(k)).start() for k in (1, 2, 3)]
+    for task in tasks:
+        task.add_done_callback(lambda t: ended.append(t.result()))
+    assert not any(t.done() for t in tasks)  # begun from the scheduler's next step
+    await asyncio.sleep(0.01)  # nobody awaits them: they run anyway
+    assert ended == [2, 4, 6]
+    assert calls == [[1, 2, 3]]  # one round for the three
+
+
+async def test_a_started_task_runs_in_the_scope_it_is_given() -> None:
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+    mine = batchy.scope("mine")
+
+    async def load() -> batchy.Scope | None:
+        await double(1)
+        return batchy.current_scope()
+
+    given = batchy.Task(load()).start(mine)
+    assert await given is mine
+    assert list(mine.stats.calls.values()) == [1]
+    async with batchy.scope("entered") as entered:
+        current = batchy.Task(load()).start()
+    assert await current is entered  # no scope given: the current one
+
+
+async def test_a_started_task_can_be_cancelled_and_its_callback_sees_it() -> None:
+    seen: list[str] = []
+
+    async def sleeps() -> None:
+        await asyncio.sleep(10)
+
+    task = batchy.Task(sleeps()).start()
+    task.add_done_callback(lambda t: seen.append(type(t.exception()).__name__))
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.sleep(0.01)
+    assert seen == ["CancelledError"]
+
+
+@pytest.mark.parametrize("where", ["no loop", "twice"])
+def test_start_without_a_loop_or_twice_is_refused_by_name(where: str) -> None:
+    async def nothing() -> None:
+        return None
+
+    task = batchy.Task(nothing())
+    if where == "no loop":
+        with pytest.raises(batchy.UsageError) as info:
+            task.start()
+        task.cancel()  # closes the coroutine it never ran
+        expected = "no event loop is running here; call it from async code, or run the task "
+        expected += "with batchy.run(...)"
+    else:
+
+        async def twice() -> None:
+            task.start()
+            await task
+            task.start()
+
+        with pytest.raises(batchy.UsageError) as info:
+            asyncio.run(twice())
+        expected = "the task was started already; start a task once, then await it or add "
+        expected += "a done callback"
+    name = "test_start_without_a_loop_or_twice_is_refused_by_name.<locals>.nothing"
+    assert str(info.value) == f"Task.start() on task {name}: {expected}"
