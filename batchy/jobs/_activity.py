@@ -58,6 +58,7 @@ class Tally(JobHook, batchy.Hook):
         # a batch call counts when one of the scopes it served is one of theirs.
         self._running: set[batchy.ScopeStats] = set()
         self._failing = False  # the last write failed (logged once until one succeeds)
+        self._named: dict[tuple[str, str], tuple[str, str]] = {}
 
     def __repr__(self) -> str:
         return f"<batchy.jobs Tally counters={len(self._counts)} running={len(self._running)}>"
@@ -77,12 +78,21 @@ class Tally(JobHook, batchy.Hook):
         if not event.ends_attempt:
             return
         minute = minute_of(_clock.now())
-        self._add(minute, f"processed:{event.queue}", 1)
+        processed, failed = self._names(event.queue, "processed:", "failed:")
+        self._add(minute, processed, 1)
         if event.outcome in ("retry", "dead"):  # an operator's cancel is not a failure
-            self._add(minute, f"failed:{event.queue}", 1)
+            self._add(minute, failed, 1)
         if stats is not None:
-            self._add(minute, f"jobs:{event.job}", 1)
-            self._add(minute, f"rounds:{event.job}", stats.rounds)
+            jobs, rounds = self._names(event.job, "jobs:", "rounds:")
+            self._add(minute, jobs, 1)
+            self._add(minute, rounds, stats.rounds)
+
+    def _names(self, label: str, first: str, second: str) -> tuple[str, str]:
+        # The counter names of a queue or job type, made once, not per job.
+        names = self._named.get((first, label))
+        if names is None:
+            names = self._named[(first, label)] = (first + label, second + label)
+        return names
 
     def batch_flushed(self, event: batchy.BatchEvent) -> None:
         running = self._running

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
@@ -180,7 +180,12 @@ class JobType(Generic[P, T]):
         self.fn = fn
         self.handler: batchy.TaskFunction[P, T] = batchy.task(fn)
         # What workers run: the same handler, its SystemExit a failed attempt.
-        self.guarded: batchy.TaskFunction[P, T] = batchy.task(guard(fn))
+        guarded = guard(fn)
+        self.guarded: batchy.TaskFunction[P, T] = batchy.task(guarded)
+        # An async def handler is awaited by its run's own task (see _runner).
+        self.guarded_coroutine: Callable[..., Awaitable[T]] | None = (
+            guarded if inspect.iscoroutinefunction(fn) else None
+        )
         self.name = name or f"{fn.__module__}.{label}"
         self.queue_name = check_queue_name(queue or owner.default_queue, f"job {self.name!r}")
         self.retries = retries

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import batchy
@@ -25,7 +25,7 @@ from ._failure import cancelled, describe, failed
 from ._guard import Escaped, JobScope
 from ._handle import Running
 from ._hooks import JobEvent, emit, log
-from ._model import Claimed, Message, Outcome, decode
+from ._model import Claimed, JSONSerializer, Message, Outcome, decode
 
 if TYPE_CHECKING:
     from ._hooks import JobHook
@@ -42,7 +42,7 @@ async def run_job(
     worker: str = "",
     lease: float = 30.0,
     cancel_requested: Callable[[], bool] | None = None,
-    fresh: Callable[[], bool] | None = None,
+    scope: JobScope | None = None,
 ) -> Outcome | None:
     """Run ``claimed`` to an outcome; a cancelled job raises ``CancelledError`` (shutdown).
 
@@ -87,6 +87,9 @@ async def run_job(
     # A worker paused (or a loop blocked) since the claim must not begin a run the
     # store has given to another worker (see _guard, which checks again as the
     # handler begins); checked here too, so such a run emits no events.
+    if scope is None:
+        scope = JobScope(f"job {claimed.id}")
+    fresh = scope.fresh
     if fresh is not None and not fresh():
         return None
     if cancel_requested is not None and cancel_requested():
@@ -96,9 +99,6 @@ async def run_job(
             queue, message, asyncio.CancelledError("before it began"), 0.0, claimed.token
         )
     attempt = message.attempt + 1
-    # Each job gets its own scope: loads batch with every other running job's,
-    # but cached values never leak from one job to the next.
-    scope = JobScope(f"job {message.id}", fresh)
     event = JobEvent(
         message.id,
         message.job,
@@ -180,21 +180,33 @@ def _finished(
 async def _call(
     job: JobType[Any, Any], message: Message, running: Running, scope: batchy.Scope
 ) -> Any:
-    async with scope:
-        if job.takes_running:
-            task = job.guarded(running, *message.args, **message.kwargs)
-        else:
-            task = job.guarded(*message.args, **message.kwargs)
+    with scope:
+        args = (running, *message.args) if job.takes_running else message.args
         if job.timeout is None:
-            return await task
+            return await _handler(job, args, message.kwargs)
         try:
             async with asyncio.timeout(job.timeout):
-                return await task
+                return await _handler(job, args, message.kwargs)
         except TimeoutError:
             raise JobTimeout(
                 f"job {message.id} ({job.name}) ran longer than its timeout of "
                 f"{job.timeout}s; raise timeout= on the job, or make it do less per run"
             ) from None
+
+
+def _handler(job: JobType[Any, Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Awaitable[Any]:
+    """The handler's run, for the run's own batchy task to await.
+
+    An ``async def`` handler is awaited as it is, inside that task: no second
+    task to make, step and wait on. A generator handler needs a task of its own
+    to step its yields; it is begun in this step, so one that never waits is
+    done here, without a trip through the scheduler's queue.
+    """
+    if job.guarded_coroutine is not None:
+        return job.guarded_coroutine(*args, **kwargs)
+    task = job.guarded(*args, **kwargs)
+    task.start_eagerly()
+    return task
 
 
 def _done(
@@ -203,7 +215,9 @@ def _done(
     kept: str | None = None
     if job.keep_result > 0:
         try:
-            kept = queue.serializer.dumps(result)
+            # The usual result of a job, None, is not worth a call to the encoder.
+            none = result is None and type(queue.serializer) is JSONSerializer
+            kept = "null" if none else queue.serializer.dumps(result)
         except (TypeError, ValueError) as error:
             log.warning(
                 "job %s %s returned %r, which %s cannot serialize (%s); its result is "

@@ -4,8 +4,8 @@ One loop does all the talking to the store, one round trip per turn
 (:meth:`Backend.cycle`): it hands in the outcomes of every job that finished
 since the last turn and claims a job per free slot (``prefetch`` more: _ahead).
 So throughput is bounded by jobs per round trip, not round trips per job. Jobs run
-as asyncio tasks on one loop, so their loads join the same batchy rounds: 100
-concurrent jobs that each load a user make one batch call, not 100.
+as batchy tasks on one loop (_inflight), so their loads join the same batchy
+rounds: 100 concurrent jobs that each load a user make one batch call, not 100.
 
 A second loop renews the leases of running jobs every ``heartbeat`` seconds, so
 a long job is never redelivered while its worker lives, and a dead worker's jobs
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
 import signal
 import socket
@@ -44,10 +43,10 @@ from ._ahead import Ahead
 from ._errors import ConfigError
 from ._fetch import fetch_order, parse_queues
 from ._hooks import JobHook, log
+from ._inflight import InFlight
 from ._leases import Claim, Leases
 from ._model import Claimed, Claims, Outcome, WorkerInfo, new_id
 from ._outage import Outage
-from ._runner import run_job
 from ._ticks import Ticks
 from ._wake import StoreWait
 
@@ -121,8 +120,8 @@ class Worker:
         self.started_at = _clock.now()
         self.processed = 0
         # By claim (job id, lease token): a job lost and claimed again runs twice.
-        self._running: dict[Claim, asyncio.Task[Outcome | None]] = {}
         self._leases = Leases(self.id, lease, queue.serializer)
+        self._running = InFlight(queue, self.hooks, self.id, self._leases, self._finished)
         self._outcomes: list[Outcome] = []
         self._ahead = Ahead(prefetch)
         self._outage = Outage(self.id, poll_interval)
@@ -132,8 +131,6 @@ class Worker:
         self._interrupts = 0
         self._main: asyncio.Task[None] | None = None
         self._ticks = Ticks(queue.periodics, queue.serializer)
-        # Claims an operator cancelled: their runs end as cancelled, never retried.
-        self._cancelled: set[Claim] = set()
         names = [name for name, _ in self.queue_specs]
         self._store_wait = StoreWait(queue.backend, self.id, names, poll_interval, self._poke)
         self._beats_end = asyncio.Event()  # set as run() ends: the heartbeat loop returns
@@ -161,8 +158,7 @@ class Worker:
     def kill(self) -> None:
         """Stop at once; unfinished jobs come back when their leases expire."""
         log.warning("worker %s stopping now; unfinished jobs return after their lease", self.id)
-        for task in list(self._running.values()):
-            task.cancel()
+        self._running.stop()
         if self._main is not None:
             self._main.cancel()
 
@@ -206,6 +202,9 @@ class Worker:
             await self._loop()
             await self._shutdown()
         finally:
+            # Cancelled from outside (asyncio.run on Ctrl-C), runs may still go on:
+            # asyncio does not cancel batchy tasks at its end, so stop them here.
+            self._running.stop()
             self._beats_end.set()
             self._store_wait.cancel()
             for sig in installed:
@@ -249,9 +248,17 @@ class Worker:
             self._outage.ok()
             self._leases.settle(outcomes, claimed.refused)
             self._cancel(claimed.cancel)
+            # With a next turn worth sending at once (outcomes to hand in, or
+            # queues that may hold more), the claims wait for it to be on its way,
+            # so they run while it travels rather than before it leaves.
+            overlap = (
+                self._ahead.size > 0
+                and len(self._running) < self.concurrency
+                and (bool(self._outcomes) or len(claimed) >= free > 0)
+            )
             for job in claimed:
                 claim = self._leases.add(job, sent)
-                if len(self._running) < self.concurrency:
+                if not overlap and len(self._running) < self.concurrency:
                     self._begin(job, claim)
                 else:
                     self._ahead.add(claim, job)
@@ -260,7 +267,7 @@ class Worker:
             # No second look when the claim was short of `free`: the queues were
             # drained, and a job that arrives since wakes the wait below.
             self._wake.clear()
-            if not self._outcomes and not self._store_wait.signalled:
+            if not (overlap or self._outcomes or self._store_wait.signalled):
                 await self._idle()
             # Jobs that finish in the same batchy round wake us one after another
             # in this loop iteration: let them all land, then settle them together.
@@ -289,48 +296,18 @@ class Worker:
             woken.cancel()
 
     def _begin(self, job: Claimed, claim: Claim) -> None:
-        # Paused between the claim and now, the lease may have moved on: such a
-        # run is not begun (it would overlap the new holder's).
-        if not self._leases.fresh(claim):
-            self._leases.drop(claim)
-            return
-        cancel_requested = functools.partial(self._cancelled.__contains__, claim)
-        # Checked again at the task's first step: a pause may fall in between.
-        fresh = functools.partial(self._leases.fresh, claim)
-        task = asyncio.create_task(
-            run_job(self.queue, job, self.hooks, self.id, self.lease, cancel_requested, fresh)
-        )
-        self._running[claim] = task
-        task.add_done_callback(functools.partial(self._finished, claim))
+        self._running.begin(job, claim)
 
     def _cancel(self, claims: Sequence[Claim]) -> None:
         """An operator cancelled ``claims``: stop those running here at their next await."""
         for claim in claims:
             waiting = self._ahead.pop(claim)
             if waiting is not None:  # claimed ahead: it ends as cancelled, never begun
-                self._cancelled.add(claim)
-                self._begin(waiting, claim)
-                continue
-            task = self._running.get(claim)
-            if task is not None and not task.done() and claim not in self._cancelled:
-                log.info("worker %s: cancelling job %s (asked by an operator)", self.id, claim[0])
-                self._cancelled.add(claim)
-                task.cancel()
+                self._running.begin(waiting, claim, cancelled=True)
+            else:
+                self._running.cancel(claim)
 
-    def _finished(self, claim: Claim, task: asyncio.Task[Outcome | None]) -> None:
-        self._running.pop(claim, None)
-        self._cancelled.discard(claim)
-        if task.cancelled():
-            self._leases.drop(claim)
-            return
-        error = task.exception()
-        if error is not None:  # run_job never raises: a bug; the lease will bring it back
-            self._leases.drop(claim)
-            log.error("worker %s: job %s crashed the runner", self.id, claim[0], exc_info=error)
-            return
-        # The runner's outcomes are valid by construction (a bad retry delay is
-        # dead already); stores screen what reaches them from elsewhere.
-        outcome = self._leases.finished(claim, task.result())
+    def _finished(self, outcome: Outcome | None) -> None:
         if outcome is not None:
             self.processed += 1
             self._outcomes.append(outcome)
@@ -339,11 +316,9 @@ class Worker:
     async def _shutdown(self) -> None:
         if self._running:
             log.info("worker %s waiting for %d job(s)", self.id, len(self._running))
-            await asyncio.wait(list(self._running.values()), timeout=self.shutdown_timeout)
-        unfinished = [claim for claim, task in self._running.items() if not task.done()]
+        unfinished = await self._running.wait(self.shutdown_timeout)
         released = self._ahead.hand_back(self._leases) + self._leases.release(unfinished)
-        for task in list(self._running.values()):
-            task.cancel()
+        self._running.stop()
         if released:
             log.info("worker %s handing back %d unfinished job(s)", self.id, len(released))
         outcomes, self._outcomes = [*self._outcomes, *released], []
@@ -373,11 +348,10 @@ class Worker:
         lost = await self.queue.backend.heartbeat(info, held, self.lease, _clock.now())
         self._leases.renewed(held, lost, sent)
         for claim in held:
-            task = self._running.get(claim)
-            if task is not None and not self._leases.holds(claim):
+            if not self._leases.holds(claim):
                 # Another worker runs it now: stop this run at its next await, so
                 # it does not go on alongside the new holder's (or the key's next job).
-                task.cancel()
+                self._running.stop(claim)
 
     async def _end_background(self, *tasks: asyncio.Task[None] | None) -> None:
         # The background tasks' store calls end before the worker's last ones and

@@ -191,21 +191,37 @@ async def test_base_exceptions_are_failed_attempts(
     assert f"{type(poison).__name__}" in status.reason and "failed 3 time(s)" in status.reason
 
 
-async def test_kill_is_still_a_shutdown(queue: Queue) -> None:
+@pytest.mark.parametrize("how", ["kill", "cancelled from outside"])
+async def test_kill_is_still_a_shutdown_and_stops_the_runs_first(queue: Queue, how: str) -> None:
+    """``kill()``, or a cancel of the worker's task as asyncio.run's on Ctrl-C without
+    the worker's signal handlers: its runs stop, and their jobs are left to their lease.
+
+    Runs are batchy tasks, which asyncio does not cancel at its end: left pending,
+    the garbage collector would close them later, and the runner would take that
+    close for a failed attempt. The worker stops them itself as it ends.
+    """
     started = asyncio.Event()
+    ended: list[str] = []
 
     @queue.job(retries=0)
     async def hold() -> None:
         started.set()
-        await asyncio.sleep(5)
+        try:
+            await asyncio.sleep(5)
+        finally:
+            ended.append("cleaned up")
 
     handle = await hold.enqueue()
     worker = fast_worker(queue)
     task = asyncio.create_task(worker.run())
     await started.wait()
-    worker.kill()
+    if how == "kill":
+        worker.kill()
+    else:
+        task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert ended == ["cleaned up"] and worker.stats()["running"] == 0
     assert (await handle.status()).state == "running"  # left to its lease, not failed
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import batchy
-from batchy.jobs import ConfigError, Queue, Worker
+from batchy.jobs import ConfigError, JobEvent, JobHook, Queue, Worker
 from batchy.testing import record
 
 from .conftest import fast_worker
@@ -58,6 +58,43 @@ async def test_jobs_claimed_ahead_still_batch_their_loads_in_full(queue: Queue) 
     calls = rec.calls(users_by_id)
     assert sorted(k for c in calls for k in c) == list(range(1000))
     assert len(calls) <= 13, rec.report()
+
+
+async def test_jobs_claimed_ahead_run_while_the_next_turn_travels(queue: Queue) -> None:
+    """What prefetch is for: a batch of claims waits until the next turn is on its way.
+
+    Before, the claims a turn brought back began at once, before the next turn
+    left: that batch ran while no turn was in flight, and the store sat idle.
+    """
+    in_flight = [0]
+    cycle = queue.backend.cycle
+
+    async def slow_turn(*args: Any, **kwargs: Any) -> Any:
+        in_flight[0] += 1
+        try:
+            await asyncio.sleep(0.005)  # a round trip to a store on another machine
+            return await cycle(*args, **kwargs)
+        finally:
+            in_flight[0] -= 1
+
+    queue.backend.cycle = slow_turn  # type: ignore[method-assign]
+    began: list[bool] = []
+
+    class Began(JobHook):
+        # A run's first step (decoding, hooks) is work too: it must overlap as well.
+        def job_started(self, event: JobEvent) -> None:
+            began.append(in_flight[0] > 0)
+
+    @queue.job
+    async def tick(i: int) -> None:
+        pass
+
+    await queue.enqueue_many(tick.call(i) for i in range(600))
+    worker = fast_worker(queue, burst=True, concurrency=50, prefetch=50, hooks=[Began()])
+    await worker.run()
+    assert worker.processed == 600
+    # Every batch but the last began while a turn travelled (before: half of them).
+    assert began.count(False) <= 50, began.count(False)
 
 
 async def test_stop_hands_back_the_jobs_claimed_ahead_at_once(queue: Queue) -> None:

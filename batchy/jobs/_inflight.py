@@ -1,0 +1,124 @@
+"""The jobs a worker is running: one batchy task per run, stopped on request, its outcome kept.
+
+Each run is a batchy task (:func:`~batchy.jobs._runner.run_job`), not an asyncio
+one: it waits on its handler without a bridge between the two loops of control,
+and its end is seen in the step that ends it, with no trip through the event
+loop. That is most of what a short job costs a worker.
+
+A run stops at its next await when an operator cancels it (it ends cancelled,
+in the dead set), when its lease is lost (another worker holds the job now), or
+when the worker stops; :meth:`InFlight.finished` turns how it ended into the
+outcome the worker hands to its store, or into none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import batchy
+
+from ._guard import JobScope
+from ._hooks import JobHook, log
+from ._leases import Claim, Leases
+from ._model import Claimed, Outcome
+from ._runner import run_job
+
+if TYPE_CHECKING:
+    from ._queue import Queue
+
+__all__ = ["InFlight"]
+
+
+class InFlight:
+    """The runs of one worker, by claim.
+
+    ``done(outcome)`` is called as a run ends on its own: with the outcome to send,
+    or ``None`` when there is none to send (its lease was lost); a slot is free.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        hooks: list[JobHook],
+        worker: str,
+        leases: Leases,
+        done: Callable[[Outcome | None], None],
+    ) -> None:
+        self.queue = queue
+        self.hooks = hooks
+        self.worker = worker
+        self.leases = leases
+        self.done = done
+        self._runs: dict[Claim, batchy.Task[Outcome | None]] = {}
+        # Claims an operator cancelled: their runs end as cancelled, never retried.
+        self._cancelled: set[Claim] = set()
+        self._empty = asyncio.Event()  # set as the last run ends
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def begin(self, job: Claimed, claim: Claim, cancelled: bool = False) -> None:
+        """Run ``job``; ``cancelled``: an operator cancelled it before it began."""
+        leases = self.leases
+        # Paused between the claim and now, the lease may have moved on: such a
+        # run is not begun (it would overlap the new holder's).
+        if not leases.fresh(claim):
+            leases.drop(claim)
+            return
+        if cancelled:
+            self._cancelled.add(claim)
+        cancel_requested = functools.partial(self._cancelled.__contains__, claim)
+        # Checked again at the run's first step: a pause may fall in between.
+        scope = JobScope(f"job {job.id}", functools.partial(leases.fresh, claim))
+        run = run_job(
+            self.queue, job, self.hooks, self.worker, leases.lease, cancel_requested, scope
+        )
+        task = batchy.Task(run, run_job, True).start(scope)
+        self._runs[claim] = task
+        task.add_done_callback(functools.partial(self.finished, claim))
+
+    def cancel(self, claim: Claim) -> None:
+        """An operator cancelled ``claim``: its run stops at its next await, as cancelled."""
+        task = self._runs.get(claim)
+        if task is not None and not task.done() and claim not in self._cancelled:
+            log.info("worker %s: cancelling job %s (asked by an operator)", self.worker, claim[0])
+            self._cancelled.add(claim)
+            task.cancel()
+
+    def stop(self, claim: Claim | None = None) -> None:
+        """Stop the run of ``claim`` (its lease was lost), or every run (the worker stops)."""
+        if claim is None:
+            for task in list(self._runs.values()):
+                task.cancel()
+        elif claim in self._runs:
+            self._runs[claim].cancel()
+
+    async def wait(self, timeout: float) -> list[Claim]:
+        """Wait up to ``timeout`` seconds for every run to end; the claims still running."""
+        if self._runs:
+            self._empty.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._empty.wait(), timeout)
+        return list(self._runs)
+
+    def finished(self, claim: Claim, task: batchy.Future[Outcome | None]) -> None:
+        """The run of ``claim`` ended (called by its task, as it ends)."""
+        self._runs.pop(claim, None)
+        self._cancelled.discard(claim)
+        if not self._runs:
+            self._empty.set()
+        error = task.exception()
+        if isinstance(error, asyncio.CancelledError):  # stopped: the worker stops
+            self.leases.drop(claim)
+            return
+        if error is not None:  # run_job never raises: a bug; the lease will bring it back
+            self.leases.drop(claim)
+            log.error("worker %s: job %s crashed the runner", self.worker, claim[0], exc_info=error)
+            return
+        # The runner's outcomes are valid by construction (a bad retry delay is
+        # dead already); stores screen what reaches them from elsewhere.
+        self.done(self.leases.finished(claim, task.result()))
