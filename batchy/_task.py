@@ -168,9 +168,10 @@ class Task(Future[T]):
         later. Call it once, from code running on the event loop.
         """
         if self._sched is not None or self._state != PENDING:
+            how = "was started already" if self._sched is not None else "was cancelled"
             raise UsageError(
-                f"Task.start() on task {self.name}: the task was started already; "
-                "start a task once, then await it or add a done callback"
+                f"Task.start() on task {self.name}: the task {how}; start a task "
+                "once, then await it or add a done callback"
             )
         try:
             loop = asyncio.get_running_loop()
@@ -179,7 +180,12 @@ class Task(Future[T]):
                 f"Task.start() on task {self.name}: no event loop is running here; "
                 "call it from async code, or run the task with batchy.run(...)"
             ) from None
-        self._activate(scheduler_for(loop), scope if scope is not None else current_scope())
+        sched = scheduler_for(loop)
+        self._activate(sched, scope if scope is not None else current_scope())
+        if sched.current is not None:
+            # Started by a running handler: as asyncio.create_task, a copy of its
+            # context, not its tree's shared one.
+            self._ctx = contextvars.copy_context()
         return self
 
     def start_eagerly(self) -> None:

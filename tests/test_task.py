@@ -873,7 +873,7 @@ async def test_a_started_task_can_be_cancelled_and_its_callback_sees_it() -> Non
     assert seen == ["CancelledError"]
 
 
-@pytest.mark.parametrize("where", ["no loop", "twice"])
+@pytest.mark.parametrize("where", ["no loop", "twice", "cancelled"])
 def test_start_without_a_loop_or_twice_is_refused_by_name(where: str) -> None:
     async def nothing() -> None:
         return None
@@ -885,6 +885,12 @@ def test_start_without_a_loop_or_twice_is_refused_by_name(where: str) -> None:
         task.cancel()  # closes the coroutine it never ran
         expected = "no event loop is running here; call it from async code, or run the task "
         expected += "with batchy.run(...)"
+    elif where == "cancelled":
+        task.cancel()
+        with pytest.raises(batchy.UsageError) as info:
+            task.start()
+        expected = "the task was cancelled; start a task once, then await it or add a "
+        expected += "done callback"
     else:
 
         async def twice() -> None:
@@ -898,3 +904,26 @@ def test_start_without_a_loop_or_twice_is_refused_by_name(where: str) -> None:
         expected += "a done callback"
     name = "test_start_without_a_loop_or_twice_is_refused_by_name.<locals>.nothing"
     assert str(info.value) == f"Task.start() on task {name}: {expected}"
+
+
+async def test_a_task_started_by_a_handler_gets_a_copy_of_its_context() -> None:
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[str] = []
+
+    async def child() -> None:
+        seen.append(f"child sees {var.get()}")
+        var.set("set by the child")
+
+    async def parent() -> None:
+        var.set("parent's")
+        started = batchy.Task(child()).start()
+        var.set("parent's, after the start")
+        await started
+        seen.append(f"parent sees {var.get()}")
+
+    await batchy.Task(parent())
+    # As asyncio.create_task: the child saw the context as it was at its start,
+    # and what it set stayed its own.
+    assert seen == ["child sees parent's", "parent sees parent's, after the start"]

@@ -14,7 +14,6 @@ outcome the worker hands to its store, or into none.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -56,7 +55,10 @@ class InFlight:
         self._runs: dict[Claim, batchy.Task[Outcome | None]] = {}
         # Claims an operator cancelled: their runs end as cancelled, never retried.
         self._cancelled: set[Claim] = set()
-        self._empty = asyncio.Event()  # set as the last run ends
+        # Runs this worker stopped (shutdown, kill, a lost lease): their
+        # CancelledError is a release, where a handler's own cancel is a failure.
+        self._stopped: set[Claim] = set()
+        self._empty: asyncio.Event | None = None  # set as the last run ends
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -72,11 +74,13 @@ class InFlight:
         if cancelled:
             self._cancelled.add(claim)
         cancel_requested = functools.partial(self._cancelled.__contains__, claim)
+        stop_requested = functools.partial(self._stopped.__contains__, claim)
         # Checked again at the run's first step: a pause may fall in between.
         scope = JobScope(f"job {job.id}", functools.partial(leases.fresh, claim))
         run = run_job(
-            self.queue, job, self.hooks, self.worker, leases.lease, cancel_requested, scope
-        )
+            self.queue, job, self.hooks, self.worker, leases.lease, cancel_requested, scope,
+            stop_requested,
+        )  # fmt: skip
         task = batchy.Task(run, run_job, True).start(scope)
         self._runs[claim] = task
         task.add_done_callback(functools.partial(self.finished, claim))
@@ -90,26 +94,36 @@ class InFlight:
             task.cancel()
 
     def stop(self, claim: Claim | None = None) -> None:
-        """Stop the run of ``claim`` (its lease was lost), or every run (the worker stops)."""
-        if claim is None:
-            for task in list(self._runs.values()):
+        """Stop the run of ``claim`` (its lease was lost), or every run (the worker stops).
+
+        Once: a run told to stop is left to its cleanup, which a second
+        ``CancelledError`` would cut short.
+        """
+        for key in list(self._runs) if claim is None else [claim]:
+            task = self._runs.get(key)
+            if task is not None and key not in self._stopped:
+                self._stopped.add(key)
                 task.cancel()
-        elif claim in self._runs:
-            self._runs[claim].cancel()
 
     async def wait(self, timeout: float) -> list[Claim]:
         """Wait up to ``timeout`` seconds for every run to end; the claims still running."""
         if self._runs:
-            self._empty.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._empty.wait(), timeout)
+            self._empty = asyncio.Event()
+            # asyncio.wait, not wait_for: on 3.11 wait_for returns normally when
+            # it is cancelled just as the event is set, and a kill would be lost.
+            ended = asyncio.ensure_future(self._empty.wait())
+            try:
+                await asyncio.wait([ended], timeout=timeout)
+            finally:
+                ended.cancel()
         return list(self._runs)
 
     def finished(self, claim: Claim, task: batchy.Future[Outcome | None]) -> None:
         """The run of ``claim`` ended (called by its task, as it ends)."""
         self._runs.pop(claim, None)
         self._cancelled.discard(claim)
-        if not self._runs:
+        self._stopped.discard(claim)
+        if not self._runs and self._empty is not None:
             self._empty.set()
         error = task.exception()
         if isinstance(error, asyncio.CancelledError):  # stopped: the worker stops

@@ -10,6 +10,7 @@ store lets anyone who can write to it run code on every worker.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Iterable
@@ -151,8 +152,9 @@ def decode(claimed: Claimed, serializer: Serializer) -> Message:
             "is not a job (expected an object with 'job' (str), 'args' (list), 'kwargs' "
             "(object), 'attempt' (int)); enqueue jobs through batchy.jobs"
         )
-    retries = get("retries")
-    headers = get("headers")
+    # Metadata of the wrong type is dropped, never fatal: what a job runs is above.
+    retries, at = get("retries"), get("enqueued_at", 0.0)
+    last_error, traceback, headers = get("error"), get("traceback"), get("headers")
     return Message(
         claimed.id,
         claimed.queue,
@@ -160,13 +162,24 @@ def decode(claimed: Claimed, serializer: Serializer) -> Message:
         args,
         kwargs,
         attempt,
-        float(get("enqueued_at", 0.0)),
+        _seconds(at),
         retries if isinstance(retries, int) else None,
-        get("error"),
-        get("traceback"),
+        last_error if isinstance(last_error, str) else None,
+        traceback if isinstance(traceback, str) else None,
         get("cancelled") is True,
         _headers(headers) if headers else {},
     )
+
+
+def _seconds(value: Any) -> float:
+    """A payload's time as a finite float; anything else (a string, 1e400) is 0.0."""
+    if not isinstance(value, (int, float)):
+        return 0.0
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past float's range
+        return 0.0
+    return seconds if math.isfinite(seconds) else 0.0
 
 
 def _headers(value: Any) -> dict[str, str]:

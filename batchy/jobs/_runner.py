@@ -43,6 +43,7 @@ async def run_job(
     lease: float = 30.0,
     cancel_requested: Callable[[], bool] | None = None,
     scope: JobScope | None = None,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> Outcome | None:
     """Run ``claimed`` to an outcome; a cancelled job raises ``CancelledError`` (shutdown).
 
@@ -51,7 +52,9 @@ async def run_job(
     handler began: the job belongs to another worker, whose word counts.
     When ``cancel_requested()`` is true by the time the handler stops with an
     exception, an operator cancelled the run: the outcome is the dead set, marked
-    cancelled, whatever the handler raised on its way out.
+    cancelled, whatever the handler raised on its way out. When ``stop_requested()``
+    is true, the worker stopped the run (it stops, or lost the lease): its
+    ``CancelledError`` goes on up, and the job is released, not failed.
     """
     start = time.perf_counter()
     try:
@@ -133,7 +136,9 @@ async def run_job(
             )  # fmt: skip
             emit(hooks, "job_finished", _finished(event, "cancelled", duration, exc))
             return outcome
-        if isinstance(exc, asyncio.CancelledError) and _cancelled_from_outside():
+        if isinstance(exc, asyncio.CancelledError) and (
+            stop_requested() if stop_requested is not None else _cancelled_from_outside()
+        ):
             duration = time.perf_counter() - start
             log.info("job %s %s released after %.3fs (shutdown)", message.id, message.job, duration)
             emit(hooks, "job_finished", _finished(event, "released", duration, None))

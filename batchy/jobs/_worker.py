@@ -203,7 +203,8 @@ class Worker:
             await self._shutdown()
         finally:
             # Cancelled from outside (asyncio.run on Ctrl-C), runs may still go on:
-            # asyncio does not cancel batchy tasks at its end, so stop them here.
+            # asyncio does not cancel batchy tasks at its end, so stop them here,
+            # and give their cleanup a moment before the loop may close.
             self._running.stop()
             self._beats_end.set()
             self._store_wait.cancel()
@@ -211,6 +212,7 @@ class Worker:
                 loop.remove_signal_handler(sig)
             batchy.remove_hook(self._tally)
             with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._running.wait(max(1.0, self.heartbeat))
                 await self._end_background(beat, self._store_wait.task)
                 await asyncio.shield(self._tally.flush(self.queue.backend))
                 await asyncio.shield(self.queue.backend.forget_worker(self.id))

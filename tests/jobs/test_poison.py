@@ -10,6 +10,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,6 +192,30 @@ async def test_base_exceptions_are_failed_attempts(
     assert f"{type(poison).__name__}" in status.reason and "failed 3 time(s)" in status.reason
 
 
+async def test_a_handler_that_cancels_its_own_task_has_failed_an_attempt(queue: Queue) -> None:
+    """``asyncio.current_task().cancel()`` in a handler is the handler's own raise.
+
+    A run awaits an ``async def`` handler in its own task, so that task is the
+    run: taken for the worker's stop, the job was released and run again, for
+    ever, never counted and never dead. Only the worker's own stops release.
+    """
+    runs: list[int] = []
+
+    @queue.job(retries=1, backoff=quick)
+    async def selfcancel() -> None:
+        runs.append(1)
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(0.01)
+
+    handle = await selfcancel.enqueue()
+    await asyncio.wait_for(fast_worker(queue, burst=True).run(), 10)
+    status = await handle.status()
+    assert status.state == "dead" and len(runs) == 2
+    assert "CancelledError" in (status.reason or "")
+
+
 @pytest.mark.parametrize("how", ["kill", "cancelled from outside"])
 async def test_kill_is_still_a_shutdown_and_stops_the_runs_first(queue: Queue, how: str) -> None:
     """``kill()``, or a cancel of the worker's task as asyncio.run's on Ctrl-C without
@@ -223,6 +248,41 @@ async def test_kill_is_still_a_shutdown_and_stops_the_runs_first(queue: Queue, h
         await task
     assert ended == ["cleaned up"] and worker.stats()["running"] == 0
     assert (await handle.status()).state == "running"  # left to its lease, not failed
+
+
+async def test_a_run_stopped_at_shutdown_finishes_its_cleanup(queue: Queue) -> None:
+    """A run cancelled once at shutdown is not cancelled again as the worker ends.
+
+    A second ``CancelledError`` cut short a handler's cleanup (an awaited
+    rollback, say), and the worker returned before the cleanup was over.
+    """
+    log: list[str] = []
+
+    @queue.job
+    async def tidy() -> None:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.2)  # a rollback, say
+            log.append("cleanup done")
+            raise
+
+    cycle = queue.backend.cycle
+
+    async def slow_turn(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.05)  # the worker's last turn outlasts nothing else
+        return await cycle(*args, **kwargs)
+
+    queue.backend.cycle = slow_turn  # type: ignore[method-assign]
+    handle = await tidy.enqueue()
+    worker = fast_worker(queue, shutdown_timeout=0.1)
+    task = asyncio.create_task(worker.run())
+    while worker.stats()["running"] == 0:
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await task
+    assert log == ["cleanup done"]  # over before run() returned, and not interrupted
+    assert (await handle.status()).state == "queued"  # handed back
 
 
 async def test_stop_still_hands_jobs_back(queue: Queue) -> None:

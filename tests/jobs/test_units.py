@@ -66,6 +66,26 @@ def test_payload_round_trip() -> None:
     assert back == msg
 
 
+@pytest.mark.parametrize(
+    "extra",
+    ['"enqueued_at": "soon"', '"enqueued_at": [1]', '"enqueued_at": 1e400',
+     '"enqueued_at": 1' + "0" * 400, '"error": 7', '"traceback": {}',
+     '"retries": "3"', '"headers": 5'],
+)  # fmt: skip
+def test_metadata_of_the_wrong_type_is_dropped_not_fatal(extra: str) -> None:
+    """A hand-written payload's odd metadata: the job still runs, with the field unset.
+
+    A non-numeric enqueued_at raised TypeError out of decode, past the runner's
+    payload check: the run crashed, its lease was dropped and the job came back
+    after every lease, never dead.
+    """
+    payload = '{"job": "x", "args": [1], ' + extra + "}"
+    message = decode(Claimed("odd", "q", payload), JSONSerializer())
+    assert (message.job, message.args, message.enqueued_at) == ("x", [1], 0.0)
+    assert message.error is None and message.traceback is None and message.retries is None
+    assert message.headers == {}
+
+
 @pytest.mark.parametrize("payload", ["", "{", "[]", '{"job": 1}', '{"job": "x", "args": {}}'])
 def test_bad_payloads(payload: str) -> None:
     with pytest.raises(PayloadError, match="job bad on queue 'q'"):
