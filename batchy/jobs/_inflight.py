@@ -88,7 +88,8 @@ class InFlight:
     def cancel(self, claim: Claim) -> None:
         """An operator cancelled ``claim``: its run stops at its next await, as cancelled."""
         task = self._runs.get(claim)
-        if task is not None and not task.done() and claim not in self._cancelled:
+        # (A run that ended left _runs in the step that ended it.)
+        if task is not None and claim not in self._cancelled:
             log.info("worker %s: cancelling job %s (asked by an operator)", self.worker, claim[0])
             self._cancelled.add(claim)
             task.cancel()

@@ -6,9 +6,9 @@ that no longer fit the handler, a handler that raises or times out, all become
 outcomes (retry or dead, with a reason and a traceback). So bad data can never
 crash a worker. That includes ``BaseException``: a handler raising
 ``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit`` or its own
-``CancelledError`` has failed an attempt like any other; a cancellation of the
-job's task from outside is a shutdown (the worker stopping), or, when an operator
-asked for it (``batchy jobs cancel``), the end of the job: cancelled, not retried.
+``CancelledError`` has failed an attempt like any other; a stop by the worker
+(it stops, or lost the lease) releases the job, and a cancel an operator asked
+for (``batchy jobs cancel``) ends it: cancelled, not retried.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ async def run_job(
     queue: Queue,
     claimed: Claimed,
     hooks: list[JobHook],
-    worker: str = "",
-    lease: float = 30.0,
-    cancel_requested: Callable[[], bool] | None = None,
-    scope: JobScope | None = None,
-    stop_requested: Callable[[], bool] | None = None,
+    worker: str,
+    lease: float,
+    cancel_requested: Callable[[], bool],
+    scope: JobScope,
+    stop_requested: Callable[[], bool],
 ) -> Outcome | None:
     """Run ``claimed`` to an outcome; a cancelled job raises ``CancelledError`` (shutdown).
 
@@ -90,12 +90,10 @@ async def run_job(
     # A worker paused (or a loop blocked) since the claim must not begin a run the
     # store has given to another worker (see _guard, which checks again as the
     # handler begins); checked here too, so such a run emits no events.
-    if scope is None:
-        scope = JobScope(f"job {claimed.id}")
     fresh = scope.fresh
     if fresh is not None and not fresh():
         return None
-    if cancel_requested is not None and cancel_requested():
+    if cancel_requested():
         # Cancelled while it waited for a slot (claimed ahead): it never began.
         log.info("job %s %s cancelled by an operator before it began", message.id, message.job)
         return cancelled(
@@ -126,7 +124,7 @@ async def run_job(
     except BaseException as exc:
         if isinstance(exc, Escaped):
             exc = exc.error  # the handler's SystemExit or KeyboardInterrupt (see _guard)
-        if cancel_requested is not None and cancel_requested():
+        if cancel_requested():
             duration = time.perf_counter() - start
             outcome = cancelled(queue, message, exc, duration, claimed.token)
             log.info(
@@ -136,9 +134,7 @@ async def run_job(
             )  # fmt: skip
             emit(hooks, "job_finished", _finished(event, "cancelled", duration, exc))
             return outcome
-        if isinstance(exc, asyncio.CancelledError) and (
-            stop_requested() if stop_requested is not None else _cancelled_from_outside()
-        ):
+        if isinstance(exc, asyncio.CancelledError) and stop_requested():
             duration = time.perf_counter() - start
             log.info("job %s %s released after %.3fs (shutdown)", message.id, message.job, duration)
             emit(hooks, "job_finished", _finished(event, "released", duration, None))
@@ -164,12 +160,6 @@ async def run_job(
     if hooks:  # most workers have none: no event to build per job
         emit(hooks, "job_finished", _finished(event, outcome.kind, duration, failure))
     return outcome
-
-
-def _cancelled_from_outside() -> bool:
-    """True when this job's task was cancelled (the worker stops), not a handler's own raise."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 def _finished(

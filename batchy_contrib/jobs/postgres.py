@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import json
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -54,6 +52,7 @@ from batchy.jobs import (
     Envelope,
     Info,
     JobStatus,
+    JSONSerializer,
     KeyInfo,
     Outcome,
     WorkerInfo,
@@ -74,7 +73,7 @@ _PUSH = (
 )
 _CYCLE = "SELECT * FROM {s}.cycle(%s::jsonb, %s::text[], %s, %s, %s, %s, %s, %s)"
 
-_dumps = functools.partial(json.dumps, separators=(",", ":"), allow_nan=False)
+_dumps = JSONSerializer().dumps  # compact, no NaN: as the payloads
 
 
 def _outcomes_json(outcomes: Sequence[Outcome], now: float) -> str:
