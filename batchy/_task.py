@@ -14,6 +14,10 @@ Whatever goes wrong with what a handler yields (a plain value, a shape nested
 too deep, a task of another event loop, a wait that would close a cycle) is
 thrown back into the handler at that yield, so the handler can catch it and
 nothing else is disturbed.
+
+A cancel reaches the handler where it waits. One requested while the task runs
+its step (the handler cancelling its own task) is noted, and delivered by the
+step as soon as it parks the task, as asyncio.Task's ``_must_cancel`` is.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any, TypeVar
 
 from . import _gather, _hooks
 from ._errors import UsageError, YieldError, short_repr
-from ._future import DONE, FAILED, PENDING, Future, from_asyncio
+from ._future import DONE, FAILED, PENDING, Future, _FromAsyncio, from_asyncio
 from ._gather import (
     _LEAF_TYPES,
     _PLAIN,
@@ -252,6 +256,8 @@ class Task(Future[T]):
         parent, and this task gets its ``CancelledError`` at once. The handler may
         catch the error to clean up, and may yield while it does; that cleanup
         runs to its end. A task that has not started is closed and fails at once.
+        A task cancelled while it runs (by its own handler, say) gets the error
+        where it next waits, or, if it returns first, ends cancelled: as asyncio.
         """
         if self._state != PENDING:
             return False
@@ -262,11 +268,25 @@ class Task(Future[T]):
             self._set_exception(error)
             return True
         sched._cancelled.add(self)
+        self._cancel = error
+        self._deliver_cancel()
+        return True
+
+    def _deliver_cancel(self) -> None:
+        """Bring the requested cancel (``_cancel``) to the handler where it waits.
+
+        Called by :meth:`cancel`, and by a step that parks the task while a cancel
+        requested during that step is pending: asyncio.Task's ``_must_cancel``.
+        Until it parks, a task waits on nothing, and the cancel can only be noted.
+        """
+        error = self._cancel
+        if error is None:
+            return
+        sched: Scheduler = self._sched  # type: ignore[assignment]
         keys = self._keys
         if keys is not None:
             # Loader futures (a parallel yield): they cannot be cancelled, and
             # other handlers may want their keys. Stop waiting on them, run now.
-            self._cancel = error
             if self._remaining:
                 for leaf in keys:
                     if leaf._state == PENDING:
@@ -274,12 +294,17 @@ class Task(Future[T]):
                 self._remaining = 0
                 self._keys = None
                 sched.enqueue(self)
-            return True  # (otherwise every key is there and the task is queued already)
+            return  # (otherwise every key is there and the task is queued already)
         fut = self._waiting
-        if fut is not None and fut._waiters is self and fut.cancel(msg):
-            return True  # only we wait on it: its CancelledError reaches the handler
-        self._cancel = error
-        if fut is not None and fut._state == PENDING:
+        if fut is None:
+            # Queued, or running its step right now: the step throws the error
+            # in, or hands it on here when it parks. Never queue it twice.
+            return
+        if fut._waiters is self and fut.cancel(*error.args):  # the message, if any
+            # Only we wait on it: its CancelledError reaches the handler instead.
+            self._cancel = None
+            return
+        if fut._state == PENDING:
             # Shared or not cancellable: stop waiting on it (so it cannot wake
             # us twice), leave it to its other waiters, and run now.
             fut._remove_waiter(self)
@@ -287,7 +312,6 @@ class Task(Future[T]):
             sched.enqueue(self)
         # Otherwise the task is already due to run (what it waited on is done and
         # woke it): it sees the error then. Queuing it again would step it twice.
-        return True
 
     def _step(self) -> None:
         if self._state != PENDING:
@@ -329,6 +353,12 @@ class Task(Future[T]):
                 # thousands of tasks alive until its root ends, and the garbage
                 # collector's passes cost less with fewer live objects.
                 self._coro = None  # type: ignore[assignment]
+                if self._cancel is not None:
+                    # Cancelled during this step, and returned before it waited
+                    # again: as asyncio.Task, the task ends cancelled.
+                    error, self._cancel = self._cancel, None
+                    self._fail(error)
+                    return
                 self._state = DONE  # Future._set_result, inlined
                 self._value = stop.value
                 self._sched._live -= 1  # type: ignore[union-attr]
@@ -384,6 +414,8 @@ class Task(Future[T]):
                         if remaining:
                             self._remaining = remaining
                             self._keys = y
+                            if self._cancel is not None:  # cancelled during this step
+                                self._deliver_cancel()
                             return
                         # Every key is there already.
                         send, throw = _outcome_of(y)
@@ -418,6 +450,12 @@ class Task(Future[T]):
                     waiters.append(self)
                 else:
                     y._waiters = [waiters, self]
+                if self._cancel is not None:
+                    # Cancelled during this step (by the handler itself, by a
+                    # callback or an eager child it ran): now that the task waits,
+                    # deliver it as cancel() does. Left noted, it would be seen
+                    # only once this wait ends, which may be never.
+                    self._deliver_cancel()
                 return
             # Already resolved: go on without a trip through the ready queue.
             send = None
@@ -522,7 +560,8 @@ class _CoroTask(Task[T]):
     (``asyncio.timeout``, ``TaskGroup``, the redis and aiohttp clients). batchy
     steps the coroutine itself, so while it does, it registers this task as the
     loop's current task, and offers the task methods asyncio uses on it:
-    ``cancel`` (counted), ``cancelling``, ``uncancel``, ``get_loop``.
+    ``cancel`` (counted), ``cancelling``, ``uncancel``, ``get_loop``, ``get_coro``;
+    and, for anyio's cancel scopes, two of asyncio.Task's private attributes.
     """
 
     __slots__ = ("_cancel_requests",)
@@ -557,6 +596,35 @@ class _CoroTask(Task[T]):
     def get_loop(self) -> asyncio.AbstractEventLoop:
         """The event loop the task runs on."""
         return self._sched.loop  # type: ignore[union-attr]
+
+    def get_coro(self) -> Coroutine[Any, Any, T] | None:
+        """The handler's coroutine; ``None`` once the task has finished (as asyncio.Task)."""
+        return self._coro  # type: ignore[return-value]
+
+    # anyio's asyncio backend delivers a cancel scope's cancellation from a loop
+    # callback, which reads these two attributes of asyncio.Task on the task it
+    # cancels, every loop iteration until the task leaves the scope. Without them
+    # the callback raised AttributeError into asyncio's log and the scope (a
+    # ``fail_after`` deadline) never fired. Meanings as in asyncio.Task:
+
+    @property
+    def _must_cancel(self) -> bool:
+        """A cancel was requested and waits to be thrown in when the task next steps.
+
+        anyio then leaves the task alone: cancelling it again would add nothing.
+        """
+        return self._cancel is not None
+
+    @property
+    def _fut_waiter(self) -> asyncio.Future[Any] | None:
+        """The asyncio future the handler waits on; ``None`` if it waits on a batchy one.
+
+        Once that future is done (cancelled by the scope, or woken), anyio waits
+        for the task to step rather than cancelling it again; ``None`` makes it
+        cancel, which for a batchy future is what :meth:`cancel` handles.
+        """
+        fut = self._waiting
+        return fut._afut if type(fut) is _FromAsyncio else None
 
 
 _LEAF_TYPES.update((Task, _CoroTask))

@@ -927,3 +927,250 @@ async def test_a_task_started_by_a_handler_gets_a_copy_of_its_context() -> None:
     # As asyncio.create_task: the child saw the context as it was at its start,
     # and what it set stayed its own.
     assert seen == ["child sees parent's", "parent sees parent's, after the start"]
+
+
+# -- a cancel requested while the task runs its own step ---------------------------------
+#
+# While a handler runs, its task waits on nothing: the step cleared that. A cancel
+# requested then (the handler cancelling its own task, a callback or an eager child
+# run inside the step) must land where the handler next waits, as asyncio.Task's
+# ``_must_cancel`` does, not after that wait ends (which may be never).
+
+
+def _bounded(aw: Any, seconds: float = 2.0) -> Any:
+    """``batchy.run(aw)`` under a time bound: a cancel that never lands fails, not hangs."""
+
+    async def main() -> Any:
+        return await asyncio.wait_for(aw, seconds)
+
+    return batchy.run(main())
+
+
+WAITS = ["asyncio future", "batchy future", "loader keys", "child", "shared child", "gather"]
+
+
+class _Waits:
+    """Things to wait on that never end by themselves (until ``release`` is set)."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.calls: list[list[int]] = []
+        self.child_outcome: list[str] = []
+
+        @batchy.batched
+        async def stuck(keys: list[int]) -> list[int]:
+            self.calls.append(keys)
+            await self.release.wait()
+            return keys
+
+        self.stuck = stuck
+
+    @batchy.task
+    async def forever(self) -> str:
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.child_outcome.append("child cancelled")
+            raise
+        self.child_outcome.append("child released")
+        return "child's value"
+
+    def make(self, what: str) -> Any:
+        if what == "asyncio future":
+            return asyncio.get_running_loop().create_future()
+        if what == "batchy future":
+            return batchy.Future()  # a plain future cannot be cancelled: the task stops waiting
+        if what == "loader keys":
+            return self.stuck(1), self.stuck(2)
+        # Children are started first, so they are waiting (not just queued) when cancelled.
+        if what == "gather":
+            return batchy.gather(self.forever().start(), batchy.Future())
+        return self.forever().start()
+
+
+@pytest.mark.parametrize("what", WAITS)
+@pytest.mark.parametrize("kind", ["async", "generator"])
+def test_a_handler_that_cancels_its_own_task_gets_the_error_where_it_next_waits(
+    kind: str, what: str
+) -> None:
+    waits = _Waits()
+    me: list[batchy.Task[Any]] = []
+
+    @batchy.task
+    async def async_handler(wait: Any) -> str:
+        task = asyncio.current_task()
+        assert task is me[0]
+        task.cancel()
+        try:
+            await (batchy.gather(*wait) if isinstance(wait, tuple) else wait)
+        except asyncio.CancelledError:
+            waits.release.set()
+            return "cancelled where it waited"
+        return "waited"
+
+    @batchy.task
+    def gen_handler(wait: Any) -> Any:
+        me[0].cancel()
+        try:
+            yield wait
+        except asyncio.CancelledError:
+            waits.release.set()
+            return "cancelled where it waited"
+        return "waited"
+
+    @batchy.task
+    def other(child: batchy.Task[str]) -> Any:
+        return (yield child)
+
+    async def root() -> Any:
+        wait = waits.make(what)
+        handler = (async_handler if kind == "async" else gen_handler)(wait)
+        me.append(handler)
+        if what == "loader keys":
+            # The keys asked for are still loaded, once, for whoever wants them.
+            return await handler, await batchy.gather(*wait)
+        if what != "shared child":
+            return await handler
+        # The child another handler waits on too keeps running for that one.
+        return await batchy.gather(other(wait), handler)
+
+    got = _bounded(root())
+    if what == "shared child":
+        assert got == ["child's value", "cancelled where it waited"]
+        assert waits.child_outcome == ["child released"]
+    elif what == "loader keys":
+        assert got == ("cancelled where it waited", [1, 2])
+        assert waits.calls == [[1, 2]]
+    else:
+        assert got == "cancelled where it waited"
+    if what in ("child", "gather"):
+        assert waits.child_outcome == ["child cancelled"]  # only the handler waited on it
+
+
+@pytest.mark.parametrize("how", ["a done callback", "an eager child"])
+def test_a_cancel_from_code_run_inside_the_step_lands_where_the_handler_next_waits(
+    how: str,
+) -> None:
+    async def cancel(task: Any) -> None:
+        task.cancel()
+
+    @batchy.task
+    async def handler() -> str:
+        me = asyncio.current_task()
+        if how == "a done callback":  # a resolved future calls it at once, inside the step
+            batchy.resolved(None).add_done_callback(lambda _: me.cancel())  # type: ignore[union-attr]
+        else:
+            batchy.Task(cancel(me)).start_eagerly()
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "waited"
+
+    assert _bounded(handler()) == "cancelled"
+
+
+@pytest.mark.parametrize("kind", ["async", "generator"])
+def test_a_cancel_requested_in_the_last_step_ends_the_task_cancelled_as_asyncio_does(
+    kind: str,
+) -> None:
+    me: list[Any] = []
+
+    async def body() -> str:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        return "returned"
+
+    def gen_body() -> Any:
+        me[0].cancel()
+        return "returned"
+        yield  # a generator
+
+    async def main() -> list[str]:
+        outcomes = []
+        plain = asyncio.create_task(body())
+        task = batchy.Task(body() if kind == "async" else gen_body())
+        me.append(task)
+        for t in (plain, task):
+            try:
+                outcomes.append(await t)
+            except asyncio.CancelledError:
+                outcomes.append("cancelled")
+        return outcomes
+
+    assert batchy.run(main()) == ["cancelled", "cancelled"]
+
+
+def test_after_a_self_cancel_taken_back_asyncio_timeout_still_works_as_in_asyncio() -> None:
+    async def body() -> tuple[str, str, int]:
+        me = asyncio.current_task()
+        assert me is not None
+        me.cancel()
+        try:
+            await asyncio.sleep(5)
+            first = "slept"
+        except asyncio.CancelledError:
+            first = f"cancelled, {me.uncancel()} left"
+        try:
+            async with asyncio.timeout(0.01):
+                await asyncio.sleep(5)
+            second = "slept"
+        except TimeoutError:
+            second = "timed out"
+        return first, second, me.cancelling()
+
+    async def main() -> list[Any]:
+        return [await asyncio.create_task(body()), await batchy.Task(body())]
+
+    expected = ("cancelled, 0 left", "timed out", 0)
+    assert _bounded(main()) == [expected, expected]
+
+
+# -- anyio's cancel scopes inside async def handlers -------------------------------------
+
+
+@pytest.mark.parametrize("what", ["asyncio sleep", "loader key", "child"])
+@pytest.mark.parametrize("scope", ["fail_after", "move_on_after"])
+def test_anyio_cancel_scopes_fire_inside_async_handlers(
+    scope: str, what: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # anyio's asyncio backend reads asyncio.Task's _must_cancel and _fut_waiter on
+    # the task it cancels: without them the deadline raised in an event-loop
+    # callback ("Exception in callback", which the suite's own check does not see:
+    # no batchy frame in it) and the scope never fired.
+    anyio = pytest.importorskip("anyio")
+    calls: list[list[Any]] = []
+    double = make_loader(calls)
+
+    @batchy.batched
+    async def slow(keys: list[int]) -> list[int]:
+        await asyncio.sleep(1)
+        return keys
+
+    @batchy.task
+    async def child() -> str:
+        await asyncio.sleep(1)
+        return "slept"
+
+    @batchy.task
+    async def handler() -> Any:
+        started = asyncio.get_running_loop().time()
+        outcome = "not cancelled"
+        try:
+            with getattr(anyio, scope)(0.05):
+                if what == "asyncio sleep":
+                    await asyncio.sleep(1)
+                elif what == "loader key":
+                    await slow(1)
+                else:
+                    await child()
+            outcome = "moved on"
+        except TimeoutError:
+            outcome = "timed out"
+        took = asyncio.get_running_loop().time() - started
+        me = asyncio.current_task()
+        return outcome, took < 0.5, me.cancelling(), await double(21)  # type: ignore[union-attr]
+
+    got = batchy.run(handler())
+    assert [r.getMessage() for r in caplog.records if r.levelno >= 40] == []
+    assert got == ("timed out" if scope == "fail_after" else "moved on", True, 0, 42)
+    assert calls == [[21]]  # the handler goes on loading, batched, after the scope
