@@ -18,6 +18,10 @@ nothing else is disturbed.
 A cancel reaches the handler where it waits. One requested while the task runs
 its step (the handler cancelling its own task) is noted, and delivered by the
 step as soon as it parks the task, as asyncio.Task's ``_must_cancel`` is.
+
+The module is longer than most (about 640 lines): the step, ``cancel`` and the
+task's two kinds share one set of slots on the hot path, and ``Task.__new__``
+picks the coroutine kind, so splitting it off would make an import cycle.
 """
 
 from __future__ import annotations
