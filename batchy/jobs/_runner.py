@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import batchy
+from batchy import _hooks as _engine_hooks
 
 from ._errors import JobTimeout, LeaseLost, PayloadError, UnknownJobError
 from ._failure import cancelled, describe, failed
@@ -175,18 +176,39 @@ def _finished(
 async def _call(
     job: JobType[Any, Any], message: Message, running: Running, scope: batchy.Scope
 ) -> Any:
-    with scope:
-        args = (running, *message.args) if job.takes_running else message.args
-        if job.timeout is None:
-            return await _handler(job, args, message.kwargs)
-        try:
-            async with asyncio.timeout(job.timeout):
+    try:
+        with scope:
+            args = (running, *message.args) if job.takes_running else message.args
+            if job.timeout is None:
                 return await _handler(job, args, message.kwargs)
-        except TimeoutError:
-            raise JobTimeout(
-                f"job {message.id} ({job.name}) ran longer than its timeout of "
-                f"{job.timeout}s; raise timeout= on the job, or make it do less per run"
-            ) from None
+            deadline = asyncio.timeout(job.timeout)
+            try:
+                async with deadline:
+                    return await _handler(job, args, message.kwargs)
+            except TimeoutError:
+                if not deadline.expired():
+                    raise  # the handler's own (a socket's, say): not our deadline
+                raise JobTimeout(
+                    f"job {message.id} ({job.name}) ran longer than its timeout of "
+                    f"{job.timeout}s; raise timeout= on the job, or make it do less per run"
+                ) from None
+    except BaseException as error:
+        if _engine_hooks.hooks and job.guarded_coroutine is not None:
+            _report_failure(job, error)
+        raise
+
+
+def _report_failure(job: JobType[Any, Any], error: BaseException) -> None:
+    """Tell the engine's hooks (``Hook.task_failed``) that an ``async def`` handler raised.
+
+    A generator handler has a task of its own, which reports itself; an ``async
+    def`` one is awaited inside its run's task, which ends well whatever the
+    handler did. So that task reports it, named from now on as the handler.
+    """
+    task = asyncio.current_task()
+    if isinstance(task, batchy.Task):
+        task._func = job.fn
+        _engine_hooks.emit_task_failed(task, error.error if isinstance(error, Escaped) else error)
 
 
 def _handler(job: JobType[Any, Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Awaitable[Any]:

@@ -448,6 +448,20 @@ async def test_timeout_fails_the_attempt(queue: Queue) -> None:
     assert status.state == "dead" and "timeout of 0.05s" in status.reason
 
 
+async def test_a_handlers_own_timeout_error_is_not_the_jobs_timeout(queue: Queue) -> None:
+    """A TimeoutError of the handler's (a socket's) within the job's deadline is its own failure."""
+
+    @queue.job(timeout=30, retries=0)
+    async def fetch() -> None:
+        raise TimeoutError("the upstream API did not answer")
+
+    handle = await fetch.enqueue()
+    await drain(queue)
+    status = await handle.status()
+    assert status.state == "dead" and "the upstream API did not answer" in status.reason
+    assert "timeout of 30" not in status.reason
+
+
 async def test_info_counts_and_live_workers(queue: Queue) -> None:
     started = asyncio.Event()
 

@@ -30,6 +30,7 @@ from batchy.jobs import (
     parse_queues,
 )
 from batchy.jobs._model import Message, encode
+from batchy.testing import record
 
 from .conftest import fast_worker
 
@@ -190,6 +191,43 @@ async def test_base_exceptions_are_failed_attempts(
     status = await doomed.status()
     assert status.state == "dead"
     assert f"{type(poison).__name__}" in status.reason and "failed 3 time(s)" in status.reason
+
+
+@pytest.mark.parametrize("generator", [False, True], ids=["async", "generator"])
+async def test_a_failing_handler_reaches_the_engines_task_failed_hook_once(
+    queue: Queue, generator: bool
+) -> None:
+    """A job handler that raises is reported to ``Hook.task_failed``, named as itself.
+
+    A generator handler runs as a task of its own, which reports itself. An
+    ``async def`` handler is awaited inside its run's task, which did not
+    report it, so the hook missed every failure of the usual kind of handler.
+    """
+    if generator:
+
+        @queue.job(name="bad", retries=0)
+        def bad():  # type: ignore[no-untyped-def]
+            raise ValueError("bad row")
+            yield
+
+    else:
+
+        @queue.job(name="bad", retries=0)
+        async def bad() -> None:
+            raise ValueError("bad row")
+
+    @queue.job(name="good")
+    async def good() -> None:
+        pass
+
+    await bad.enqueue()
+    await good.enqueue()
+    with record() as rec:
+        await asyncio.wait_for(fast_worker(queue, burst=True).run(), 10)
+    assert [(t.name, repr(e)) for t, e in rec.failures] == [
+        ("test_a_failing_handler_reaches_the_engines_task_failed_hook_once.<locals>.bad",
+         "ValueError('bad row')"),
+    ]  # fmt: skip
 
 
 async def test_a_handler_that_cancels_its_own_task_has_failed_an_attempt(queue: Queue) -> None:
