@@ -49,7 +49,6 @@ from batchy.jobs import (
     Backend,
     Claimed,
     Claims,
-    Envelope,
     Info,
     JobStatus,
     JSONSerializer,
@@ -63,14 +62,11 @@ from . import _postgres_read as _read
 from . import _postgres_runs as _runs
 from ._postgres_admin import PostgresOperating
 from ._postgres_listen import Listener
-from ._postgres_schema import Names, SchemaVersionError, ensure_async, ensure_sync
+from ._postgres_push import PUSH, PostgresPushing
+from ._postgres_schema import Names, SchemaVersionError, ensure_async
 
 __all__ = ["PostgresBackend", "SchemaVersionError"]
 
-_PUSH = (
-    "SELECT {s}.push(%s::text[], %s::text[], %s::text[], %s::float8[], %s::text[], "
-    "%s::float8[], %s::text[])"
-)
 _CYCLE = "SELECT * FROM {s}.cycle(%s::jsonb, %s::text[], %s, %s, %s, %s, %s, %s)"
 
 _dumps = JSONSerializer().dumps  # compact, no NaN: as the payloads
@@ -102,7 +98,7 @@ _WARM: tuple[object, ...] = (_outcomes_json([Outcome("\x01warm-up", "release")],
 _WARM += (0, "", 0.0, DEAD_MAX, DEAD_MAX_AGE, 0)
 
 
-class PostgresBackend(PostgresOperating, Backend):
+class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
     """Jobs in PostgreSQL (psycopg 3, a connection pool); any number of workers on any machines.
 
     ``dsn`` is a libpq connection string or URL. ``schema`` holds the store's
@@ -142,7 +138,9 @@ class PostgresBackend(PostgresOperating, Backend):
         self._sync: psycopg.Connection[Any] | None = None  # push_sync's connection
         self._sync_lock = threading.Lock()
         self._schema_ready = False
-        self._sql = {"push": self.names.sql(_PUSH), "cycle": self.names.sql(_CYCLE)}
+        self._database: str | None = None  # the database's name, once connected
+        self._queues: set[str] = set()  # queue names noted by this process
+        self._sql = {"push": self.names.sql(PUSH), "cycle": self.names.sql(_CYCLE)}
 
     def __repr__(self) -> str:
         return f"<PostgresBackend schema={self.schema!r}>"
@@ -189,10 +187,14 @@ class PostgresBackend(PostgresOperating, Backend):
             open=False,
         )
         try:
-            if not self._schema_ready:
-                async with await self._connect() as conn:
+            async with await self._connect() as conn:
+                self._database = conn.info.dbname
+                if not self._schema_ready:
                     await ensure_async(conn, self.names)
-                self._schema_ready = True
+                    self._schema_ready = True
+                # Once here, where an error is raised: in the pool's configure
+                # it is only logged, and the pool retries until its timeout.
+                await conn.execute(self._sql["cycle"], _WARM)
             await pool.open(wait=True)
         except BaseException:
             await pool.close()
@@ -215,61 +217,6 @@ class PostgresBackend(PostgresOperating, Backend):
         return rows
 
     # -- writing ---------------------------------------------------------------------
-
-    def _push_params(self, envelopes: Sequence[Envelope], now: float) -> tuple[list[Any], ...]:
-        self.check_envelopes(envelopes)
-        return (
-            [e.id for e in envelopes],
-            [e.queue for e in envelopes],
-            [e.payload for e in envelopes],
-            # Only the offset crosses over: the function adds it to the server's clock.
-            [None if e.due is None else e.due - now for e in envelopes],
-            [e.unique for e in envelopes],
-            [e.unique_ttl for e in envelopes],
-            [e.key for e in envelopes],
-        )
-
-    async def push(
-        self,
-        envelopes: Sequence[Envelope],
-        now: float,
-        *,
-        connection: psycopg.AsyncConnection[Any] | None = None,
-    ) -> list[bool]:
-        """Store jobs atomically; with ``connection``, inside that connection's transaction."""
-        params = self._push_params(envelopes, now)
-        if connection is not None:
-            await self.pool()  # the schema exists before the app's transaction uses it
-            row = await (await connection.execute(self._sql["push"], params)).fetchone()
-        else:
-            row = (await self._all(self._sql["push"], params))[0]
-        return list(row[0]) if row is not None else []
-
-    def push_sync(
-        self,
-        envelopes: Sequence[Envelope],
-        now: float,
-        *,
-        connection: psycopg.Connection[Any] | None = None,
-    ) -> list[bool]:
-        """``push`` for code without an event loop, on a blocking connection of its own."""
-        params = self._push_params(envelopes, now)
-        with self._sync_lock:
-            own = self._sync_connection()  # also: the schema exists before the app uses it
-            if connection is None:
-                row = own.execute(self._sql["push"], params).fetchone()
-                return list(row[0]) if row is not None else []
-        row = connection.execute(self._sql["push"], params).fetchone()
-        return list(row[0]) if row is not None else []
-
-    def _sync_connection(self) -> psycopg.Connection[Any]:
-        """The blocking connection, made on first use (call it holding ``_sync_lock``)."""
-        if self._sync is None or self._sync.closed:
-            self._sync = psycopg.connect(self.dsn, autocommit=True)
-            if not self._schema_ready:
-                ensure_sync(self._sync, self.names)
-                self._schema_ready = True
-        return self._sync
 
     async def cycle(
         self,

@@ -6,6 +6,7 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -56,6 +57,21 @@ def postgres_schema(postgres_dsn: str) -> Iterator[str]:
             raise AssertionError(
                 f"schema {schema} could not be dropped: sessions left open hold its locks: {rows}"
             ) from None
+
+
+@pytest.fixture
+async def postgres_app_store(postgres_dsn: str, postgres_schema: str) -> AsyncIterator[Any]:
+    """A PostgreSQL store, migrated, beside an application table ``users (id int)`` in its schema."""
+    import psycopg
+
+    from batchy_contrib.jobs.postgres import PostgresBackend
+
+    backend = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    await backend.migrate()
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        await conn.execute(f'CREATE TABLE "{postgres_schema}".users (id int PRIMARY KEY)')
+    yield backend
+    await backend.close()
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])

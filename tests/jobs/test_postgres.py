@@ -126,6 +126,21 @@ async def test_the_schema_is_versioned_made_once_and_refuses_a_newer_one(
     await newer.close()
 
 
+async def test_a_store_whose_step_fails_says_so_at_once_not_after_the_pools_timeout(
+    store: PostgresBackend, postgres_dsn: str, postgres_schema: str
+) -> None:
+    await store.migrate()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP TABLE "{postgres_schema}".cancels')  # the cycle reads it
+    broken = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    began = time.monotonic()
+    # The pool's configure only logged this and retried until its 30 s timeout.
+    with pytest.raises(psycopg.errors.UndefinedTable, match="cancels"):
+        await asyncio.wait_for(broken.push(envelopes(1), time.time()), 20)
+    assert time.monotonic() - began < 10
+    await broken.close()
+
+
 async def test_a_version_1_schema_is_migrated_to_the_current_one(
     store: PostgresBackend, postgres_dsn: str, postgres_schema: str
 ) -> None:

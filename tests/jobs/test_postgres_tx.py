@@ -5,25 +5,21 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
 
-from batchy.jobs import Envelope, Queue, Worker
+from batchy.jobs import ConfigError, Envelope, Queue, Worker
 from batchy_contrib.jobs.postgres import PostgresBackend
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-async def store(postgres_dsn: str, postgres_schema: str) -> AsyncIterator[PostgresBackend]:
-    backend = PostgresBackend(postgres_dsn, schema=postgres_schema)
-    await backend.migrate()
-    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
-        await conn.execute(f'CREATE TABLE "{postgres_schema}".users (id int PRIMARY KEY)')
-    yield backend
-    await backend.close()
+def store(postgres_app_store: PostgresBackend) -> PostgresBackend:
+    return postgres_app_store
 
 
 def job(queue: str = "default") -> Envelope:
@@ -152,3 +148,133 @@ def test_job_enqueue_sync_takes_the_apps_connection(
         kept = send_welcome.options(connection=conn).enqueue_sync(2)
         conn.commit()
     assert asyncio.run(_states(store, [dropped.id, kept.id])) == ["unknown", "queued"]
+
+
+# -- what would break "the job exists if and only if the transaction commits" ----------
+
+
+async def _count(store: PostgresBackend) -> int:
+    rows = await store._all(store.names.sql("SELECT count(*) FROM {s}.jobs"))
+    return int(rows[0][0])
+
+
+async def test_a_blocking_connection_awaited_is_refused_before_it_writes(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    with psycopg.connect(postgres_dsn) as conn:
+        with pytest.raises(ConfigError) as error:
+            await store.push([job()], time.time(), connection=conn)
+        # Nothing ran on it: no transaction was opened by the refused call.
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+        shown = repr(conn)
+    assert str(error.value) == (
+        f"{store!r}: connection={shown} is a blocking psycopg.Connection, but "
+        "`await ...enqueue(...)` needs a psycopg.AsyncConnection; with this connection call "
+        "enqueue_sync(...) instead; nothing was enqueued"
+    )
+    assert await _count(store) == 0
+
+
+async def test_an_async_connection_given_to_the_sync_twin_is_refused(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        with pytest.raises(ConfigError) as error:
+            await asyncio.to_thread(store.push_sync, [job()], time.time(), connection=conn)
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+    assert "is a psycopg.AsyncConnection, but enqueue_sync(...) needs a blocking" in str(
+        error.value
+    )
+    assert str(error.value).endswith("nothing was enqueued")
+    assert await _count(store) == 0
+
+
+async def test_something_that_is_not_a_connection_is_refused_by_name(
+    store: PostgresBackend,
+) -> None:
+    pool = await store.pool()
+    with pytest.raises(ConfigError) as error:
+        await store.push([job()], time.time(), connection=pool)
+    assert str(error.value) == (
+        f"{store!r}: connection={pool!r} is not a psycopg connection (got AsyncConnectionPool); "
+        "pass the psycopg 3 connection your transaction runs on (an AsyncConnection to "
+        "`await enqueue(...)`, a Connection to enqueue_sync(...)), not a pool, cursor or other "
+        "driver's connection; nothing was enqueued"
+    )
+
+
+async def test_an_autocommit_connection_outside_a_transaction_is_refused(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        with pytest.raises(ConfigError) as error:
+            await store.push([job()], time.time(), connection=conn)
+        assert "is in autocommit mode with no transaction open" in str(error.value)
+        assert await _count(store) == 0
+        # Inside a transaction block the same connection is fine, and rolls back.
+        env = job()
+        with pytest.raises(ZeroDivisionError):
+            async with conn.transaction():
+                await store.push([env], time.time(), connection=conn)
+                1 / 0
+        assert (await store.status(env.id, time.time())).state == "unknown"
+        async with conn.transaction():
+            await store.push([env], time.time(), connection=conn)
+        assert (await store.status(env.id, time.time())).state == "queued"
+
+
+async def test_a_connection_to_another_database_is_refused(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    await store.pool()  # the store knows its database once connected
+    other = psycopg.conninfo.make_conninfo(postgres_dsn, dbname="postgres")
+    async with await psycopg.AsyncConnection.connect(other) as conn:
+        with pytest.raises(ConfigError) as error:
+            await store.push([job()], time.time(), connection=conn)
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+    mine = psycopg.conninfo.conninfo_to_dict(postgres_dsn)["dbname"]
+    assert (
+        f"is connected to database 'postgres', but this store's jobs are in database {mine!r}"
+        in (str(error.value))
+    )
+
+
+async def test_keyed_jobs_need_read_committed_and_others_do_not(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        keyed = Envelope(uuid.uuid4().hex, "default", job().payload, key="account-7")
+        with pytest.raises(ConfigError) as error:
+            await store.push([keyed], time.time(), connection=conn)
+        assert "runs its transaction at isolation level 'repeatable read'" in str(error.value)
+        await conn.rollback()
+        plain = job()
+        assert await store.push([plain], time.time(), connection=conn) == [True]
+        await conn.commit()
+    assert await _count(store) == 1
+
+
+async def test_the_apps_row_factory_does_not_change_what_the_push_reads(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, row_factory=dict_row) as conn:
+        assert await store.push([job(), job()], time.time(), connection=conn) == [True, True]
+        await conn.commit()
+    with psycopg.connect(postgres_dsn, row_factory=dict_row) as sync:
+        assert store.push_sync([job()], time.time(), connection=sync) == [True]
+        sync.commit()
+    assert await _count(store) == 3
+
+
+async def test_a_new_queue_in_an_open_transaction_does_not_hold_up_other_enqueues(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        await store.push([job("fresh")], time.time(), connection=conn)
+        # The app's transaction is still open: a push of its own to the same new
+        # queue must not wait for it (it waited on the queue name's row).
+        pushed = await asyncio.wait_for(store.push([job("fresh")], time.time()), 5)
+        assert pushed == [True]
+        await conn.rollback()
+    assert await _count(store) == 1

@@ -1,0 +1,220 @@
+"""How the PostgreSQL job store enqueues: on its own connection, or in the app's transaction.
+
+A job enqueued with ``connection=`` must exist if and only if the application's
+transaction commits. What would break that is refused before anything is
+written: a connection of the wrong kind (a blocking one awaited, which ran its
+statement before the ``await`` failed), one to another database (the job would
+land where no worker of this store looks), one in autocommit with no
+transaction open (the job would commit at once), and, for jobs with an
+ordering key, an isolation level above READ COMMITTED (its snapshot may predate
+the key's newest job, so the new one would become a second head).
+
+The store's statement runs on a cursor of its own kind, so the application's
+``row_factory`` or ``cursor_factory`` (dict rows, raw ``$1`` placeholders) does
+not change how it reads its own result.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool
+
+from batchy.jobs import ConfigError, Envelope
+
+from ._postgres_schema import Names, ensure_sync
+
+__all__ = ["PUSH", "PostgresPushing"]
+
+PUSH = (
+    "SELECT {s}.push(%s::text[], %s::text[], %s::text[], %s::float8[], %s::text[], "
+    "%s::float8[], %s::text[])"
+)
+_ADD_QUEUES = "INSERT INTO {s}.queues SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING"
+
+
+class PostgresPushing:
+    """The enqueue methods of :class:`PostgresBackend` (a mixin: see the module's docstring)."""
+
+    names: Names
+    dsn: str
+    _sql: dict[str, str]
+    _sync: psycopg.Connection[Any] | None
+    _sync_lock: threading.Lock
+    _schema_ready: bool
+    _database: str | None  # the database's name, once connected
+    _queues: set[str]  # queue names noted by this process
+
+    async def pool(self) -> AsyncConnectionPool[Any]:
+        raise NotImplementedError  # the store's own
+
+    async def _all(self, query: str, params: Sequence[Any] = ()) -> list[Any]:
+        raise NotImplementedError  # the store's own
+
+    check_envelopes: Callable[[Sequence[Envelope]], None]  # Backend's
+
+    def _push_params(self, envelopes: Sequence[Envelope], now: float) -> tuple[list[Any], ...]:
+        self.check_envelopes(envelopes)
+        return (
+            [e.id for e in envelopes],
+            [e.queue for e in envelopes],
+            [e.payload for e in envelopes],
+            # Only the offset crosses over: the function adds it to the server's clock.
+            [None if e.due is None else e.due - now for e in envelopes],
+            [e.unique for e in envelopes],
+            [e.unique_ttl for e in envelopes],
+            [e.key for e in envelopes],
+        )
+
+    async def push(
+        self,
+        envelopes: Sequence[Envelope],
+        now: float,
+        *,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[bool]:
+        """Store jobs atomically; with ``connection``, inside that connection's transaction."""
+        params = self._push_params(envelopes, now)
+        if connection is None:
+            row = (await self._all(self._sql["push"], params))[0]
+            return list(row[0]) if row is not None else []
+        await self.pool()  # the schema exists before the app's transaction uses it
+        keyed = any(e.key is not None for e in envelopes)
+        cursor = await app_cursor(self, connection, self._database, keyed)
+        await self._add_queues(envelopes)
+        await cursor.execute(self._sql["push"], params)
+        row = await cursor.fetchone()
+        return list(row[0]) if row is not None else []
+
+    async def _add_queues(self, envelopes: Sequence[Envelope]) -> None:
+        """Note new queue names through the store's own connection, committed at once.
+
+        The push notes them too; in an application's transaction, a new name's
+        row would be locked until that transaction ends, and every other
+        enqueue to the queue would wait for it.
+        """
+        new = sorted({e.queue for e in envelopes} - self._queues)
+        if new:
+            async with (await self.pool()).connection() as conn:
+                await conn.execute(self.names.sql(_ADD_QUEUES), (new,))
+            self._queues.update(new)
+
+    def push_sync(
+        self,
+        envelopes: Sequence[Envelope],
+        now: float,
+        *,
+        connection: psycopg.Connection[Any] | None = None,
+    ) -> list[bool]:
+        """``push`` for code without an event loop, on a blocking connection of its own."""
+        params = self._push_params(envelopes, now)
+        with self._sync_lock:
+            own = self._sync_connection()  # also: the schema exists before the app uses it
+            if connection is None:
+                row = own.execute(self._sql["push"], params).fetchone()
+                return list(row[0]) if row is not None else []
+            keyed = any(e.key is not None for e in envelopes)
+            cursor = app_cursor_sync(self, connection, self._database, keyed)
+            new = sorted({e.queue for e in envelopes} - self._queues)
+            if new:  # as _add_queues
+                own.execute(self.names.sql(_ADD_QUEUES), (new,))
+                self._queues.update(new)
+        cursor.execute(self._sql["push"], params)
+        row = cursor.fetchone()
+        return list(row[0]) if row is not None else []
+
+    def _sync_connection(self) -> psycopg.Connection[Any]:
+        """The blocking connection, made on first use (call it holding ``_sync_lock``)."""
+        if self._sync is None or self._sync.closed:
+            self._sync = psycopg.connect(self.dsn, autocommit=True)
+            self._database = self._sync.info.dbname
+            if not self._schema_ready:
+                ensure_sync(self._sync, self.names)
+                self._schema_ready = True
+        return self._sync
+
+
+async def app_cursor(
+    store: object, connection: Any, database: str | None, keyed: bool
+) -> psycopg.AsyncCursor[tuple[Any, ...]]:
+    """A cursor on ``connection`` for ``store``'s push, after the checks above."""
+    _check(store, connection, psycopg.AsyncConnection, database)
+    cursor = psycopg.AsyncCursor(connection, row_factory=tuple_row)
+    if keyed:
+        await cursor.execute("SHOW transaction_isolation")
+        _check_isolation(store, connection, await cursor.fetchone())
+    return cursor
+
+
+def app_cursor_sync(
+    store: object, connection: Any, database: str | None, keyed: bool
+) -> psycopg.Cursor[tuple[Any, ...]]:
+    """:func:`app_cursor` for ``push_sync``."""
+    _check(store, connection, psycopg.Connection, database)
+    cursor = psycopg.Cursor(connection, row_factory=tuple_row)
+    if keyed:
+        cursor.execute("SHOW transaction_isolation")
+        _check_isolation(store, connection, cursor.fetchone())
+    return cursor
+
+
+_Kind = type[psycopg.Connection[Any]] | type[psycopg.AsyncConnection[Any]]
+
+
+def _check(store: object, connection: Any, kind: _Kind, database: str | None) -> None:
+    if not isinstance(connection, kind):
+        raise ConfigError(f"{store!r}: connection={connection!r} {_wrong_kind(connection, kind)}")
+    if connection.autocommit and connection.info.transaction_status == TransactionStatus.IDLE:
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} is in autocommit mode with no transaction "
+            "open, so the job would be committed at once, whatever your code does next; "
+            "enqueue inside the transaction (`async with conn.transaction():` or "
+            "`with conn.transaction():`), or leave out connection= to enqueue on its own; "
+            "nothing was enqueued"
+        )
+    theirs = connection.info.dbname
+    if database is not None and theirs != database:
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} is connected to database {theirs!r}, but "
+            f"this store's jobs are in database {database!r}; a transaction can only include "
+            "jobs of the database it writes to: enqueue through a connection to "
+            f"{database!r}, or leave out connection=; nothing was enqueued"
+        )
+
+
+def _wrong_kind(connection: Any, kind: _Kind) -> str:
+    if kind is psycopg.AsyncConnection and isinstance(connection, psycopg.Connection):
+        return (
+            "is a blocking psycopg.Connection, but `await ...enqueue(...)` needs a "
+            "psycopg.AsyncConnection; with this connection call enqueue_sync(...) "
+            "instead; nothing was enqueued"
+        )
+    if kind is psycopg.Connection and isinstance(connection, psycopg.AsyncConnection):
+        return (
+            "is a psycopg.AsyncConnection, but enqueue_sync(...) needs a blocking "
+            "psycopg.Connection; with this connection `await ...enqueue(...)` instead; "
+            "nothing was enqueued"
+        )
+    return (
+        f"is not a psycopg connection (got {type(connection).__name__}); pass the psycopg 3 "
+        "connection your transaction runs on (an AsyncConnection to `await enqueue(...)`, a "
+        "Connection to enqueue_sync(...)), not a pool, cursor or other driver's connection; "
+        "nothing was enqueued"
+    )
+
+
+def _check_isolation(store: object, connection: Any, row: tuple[Any, ...] | None) -> None:
+    level = row[0] if row else None
+    if level != "read committed":
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} runs its transaction at isolation level "
+            f"{level!r}; jobs with an ordering key (key=...) keep their order only when "
+            "enqueued under READ COMMITTED (an older snapshot may miss the key's newest job "
+            "and start a second head); enqueue keyed jobs from a READ COMMITTED "
+            "transaction, or leave out connection=; nothing was enqueued"
+        )
