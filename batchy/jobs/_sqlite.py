@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -60,7 +59,7 @@ from ._sqlite_counts import add_counts, read_counts
 from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_runs import note_run, runs
 from ._sqlite_tx import Transaction as _Transaction
-from ._sqlite_tx import advance, check_app_connection, entry_state, finish_done, open_wal
+from ._sqlite_tx import advance, check_app_connection, finish_done, insert_jobs, open_wal
 from ._sqlite_tx import chunks as _chunks
 from ._sqlite_tx import create_schema as _create_schema
 from ._sqlite_tx import pairs as _pairs
@@ -101,7 +100,8 @@ class SQLiteBackend(Backend):
         self._lock = threading.RLock()
         self._db = open_wal(self.path, busy_timeout)
         self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        with _Transaction(self._db, self._lock, noted=False):
+        self.busy_timeout = busy_timeout
+        with _Transaction(self._db, self._lock, busy_timeout, noted=False):
             _create_schema(self._db)
         self._pruned = 0.0
         self._wakeups = SQLiteWakeups(self.path, self._db, self._lock)
@@ -113,51 +113,41 @@ class SQLiteBackend(Backend):
         return f"<SQLiteBackend {self.path}>"
 
     def _tx(self) -> _Transaction:
-        return _Transaction(self._db, self._lock)
+        return _Transaction(self._db, self._lock, self.busy_timeout)
 
     # -- writing ---------------------------------------------------------------------
 
     async def push(
         self, envelopes: Sequence[Envelope], now: float, *, connection: Any = None
     ) -> list[bool]:
-        self.check_envelopes(envelopes)
-        sent, now = now, _clock.store_now()
         if connection is not None:
-            # The application's own connection, in its open transaction: the jobs
-            # exist if and only if it commits. Nobody can ring after that commit,
-            # so a worker may see them only at its next poll_interval.
-            check_app_connection(self, self.path, connection)
-            pushed = self._insert(connection, envelopes, sent, now)
-        else:
-            with self._tx():
-                pushed = self._insert(self._db, envelopes, sent, now)
-        self._wakeups.signal({e.queue for e, ok in zip(envelopes, pushed, strict=True) if ok})
-        return pushed
+            return self._push_in(connection, envelopes, now)
+        self.check_envelopes(envelopes)
+        async with self._tx() as tx:
+            pushed = insert_jobs(self._db, envelopes, now, tx.began)
+        return self._pushed(envelopes, pushed)
 
-    def _insert(
-        self, db: sqlite3.Connection, envelopes: Sequence[Envelope], sent: float, now: float
+    def push_sync(
+        self, envelopes: Sequence[Envelope], now: float, *, connection: Any = None
     ) -> list[bool]:
-        pushed: list[bool] = []
-        for env in envelopes:
-            if env.unique is not None:
-                db.execute("DELETE FROM uniques WHERE key = ? AND expires <= ?", (env.unique, now))
-                cur = db.execute(
-                    "INSERT OR IGNORE INTO uniques (key, expires) VALUES (?, ?)",
-                    (env.unique, now + env.unique_ttl),
-                )
-                if cur.rowcount == 0:
-                    pushed.append(False)
-                    continue
-            due = _clock.on_store(env.due, sent, now)
-            cur = db.execute(
-                "INSERT OR IGNORE INTO jobs (id, queue, payload, due, okey, state) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (env.id, env.queue, env.payload, due, env.key, entry_state(db, env.key)),
-            )
-            pushed.append(cur.rowcount == 1)
-        db.executemany(
-            "INSERT OR IGNORE INTO queues (name) VALUES (?)", {(e.queue,) for e in envelopes}
-        )
+        if connection is not None:
+            return self._push_in(connection, envelopes, now)
+        self.check_envelopes(envelopes)
+        with self._tx() as tx:  # a thread of its own may wait for the file
+            pushed = insert_jobs(self._db, envelopes, now, tx.began)
+        return self._pushed(envelopes, pushed)
+
+    def _push_in(self, connection: Any, envelopes: Sequence[Envelope], sent: float) -> list[bool]:
+        # The application's own connection, in its open transaction: the jobs
+        # exist if and only if it commits. Nobody can ring after that commit,
+        # so a worker may see them only at its next poll_interval.
+        self.check_envelopes(envelopes)
+        check_app_connection(self, self.path, connection)
+        pushed = insert_jobs(connection, envelopes, sent, _clock.store_now())
+        return self._pushed(envelopes, pushed)
+
+    def _pushed(self, envelopes: Sequence[Envelope], pushed: list[bool]) -> list[bool]:
+        self._wakeups.signal({e.queue for e, ok in zip(envelopes, pushed, strict=True) if ok})
         return pushed
 
     async def cycle(
@@ -169,10 +159,9 @@ class SQLiteBackend(Backend):
         lease: float,
         now: float,
     ) -> Claims:
-        sent, now = now, _clock.store_now()
-        db = self._db
-        claimed = Claims()
-        with self._tx():
+        sent, db, claimed = now, self._db, Claims()
+        async with self._tx() as tx:
+            now = tx.began
             if outcomes:
                 claimed.refused += self._apply(self.screen_outcomes(outcomes), sent, now)
             # A lease in the past means its worker died or stalled: give the job
@@ -278,10 +267,10 @@ class SQLiteBackend(Backend):
     async def heartbeat(
         self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float
     ) -> list[str]:
-        now = _clock.store_now()
         db = self._db
         renewed: set[str] = set()
-        with self._tx():
+        async with self._tx() as tx:
+            now = tx.began
             for chunk in _chunks(held):
                 where, params = _pairs(chunk)
                 rows = db.execute(
@@ -298,7 +287,7 @@ class SQLiteBackend(Backend):
     async def save_progress(
         self, job_id: str, token: str, payload: str, lease: float, now: float
     ) -> bool:
-        with self._tx():
+        async with self._tx():
             cur = self._db.execute(
                 "UPDATE jobs SET payload = ?, lease = ? WHERE id = ? AND state = 1 AND token = ?",
                 (payload, _clock.store_now() + lease, job_id, token),
@@ -306,7 +295,7 @@ class SQLiteBackend(Backend):
             return cur.rowcount == 1
 
     async def forget_worker(self, worker_id: str) -> None:
-        with self._tx():
+        async with self._tx():
             self._db.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
 
     async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
@@ -334,14 +323,14 @@ class SQLiteBackend(Backend):
             return [DeadJob(*row) for row in rows]
 
     async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
-        with self._tx():
+        async with self._tx():
             rows = select_dead(self._db, ids)
             retry_dead(self._db, rows, _clock.store_now())
         self._wakeups.signal({row[1] for row in rows})
         return len(rows)
 
     async def delete_dead(self, ids: Sequence[str] | None) -> int:
-        with self._tx():
+        async with self._tx():
             rows = select_dead(self._db, ids)
             self._db.executemany("DELETE FROM dead WHERE id = ?", [(r[0],) for r in rows])
         return len(rows)
@@ -375,13 +364,13 @@ class SQLiteBackend(Backend):
             return read_job(self._db, job_id, store_now, now - store_now)
 
     async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
-        with self._tx():
+        async with self._tx():
             refused, woken = act(self._db, action, ids, _clock.store_now())
         self._wakeups.signal(woken)
         return refused
 
     async def add_counts(self, counts: Mapping[tuple[int, str], int], now: float) -> None:
-        with self._tx():
+        async with self._tx():
             add_counts(self._db, counts, now)
 
     async def read_counts(self, since: int, now: float) -> dict[tuple[int, str], int]:
@@ -389,7 +378,7 @@ class SQLiteBackend(Backend):
             return read_counts(self._db, since)
 
     async def note_run(self, name: str, run: str, now: float, keep: float) -> None:
-        with self._tx():
+        async with self._tx():
             note_run(self._db, name, run, now, keep)
 
     async def runs(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import threading
@@ -11,7 +12,7 @@ from typing import Any, TypeVar
 
 from . import _clock
 from ._errors import ConfigError
-from ._model import Outcome
+from ._model import Envelope, Outcome
 
 __all__ = [
     "BLOCKED",
@@ -23,6 +24,7 @@ __all__ = [
     "chunks",
     "create_schema",
     "entry_state",
+    "insert_jobs",
     "finish_done",
     "open_wal",
     "pairs",
@@ -117,6 +119,34 @@ def entry_state(db: sqlite3.Connection, key: str | None) -> int:
     return WAITING if busy is None else BLOCKED
 
 
+def insert_jobs(
+    db: sqlite3.Connection, envelopes: Sequence[Envelope], sent: float, now: float
+) -> list[bool]:
+    """Insert new jobs (a unique key still held, or a known id, refuses one); which went in."""
+    pushed: list[bool] = []
+    for env in envelopes:
+        if env.unique is not None:
+            db.execute("DELETE FROM uniques WHERE key = ? AND expires <= ?", (env.unique, now))
+            cur = db.execute(
+                "INSERT OR IGNORE INTO uniques (key, expires) VALUES (?, ?)",
+                (env.unique, now + env.unique_ttl),
+            )
+            if cur.rowcount == 0:
+                pushed.append(False)
+                continue
+        due = _clock.on_store(env.due, sent, now)
+        cur = db.execute(
+            "INSERT OR IGNORE INTO jobs (id, queue, payload, due, okey, state) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (env.id, env.queue, env.payload, due, env.key, entry_state(db, env.key)),
+        )
+        pushed.append(cur.rowcount == 1)
+    db.executemany(
+        "INSERT OR IGNORE INTO queues (name) VALUES (?)", {(e.queue,) for e in envelopes}
+    )
+    return pushed
+
+
 def advance(db: sqlite3.Connection, keys: Iterable[str | None]) -> None:
     """Rows of ``keys`` left: each key's oldest remaining row becomes claimable (if blocked)."""
     for key in {k for k in keys if k is not None}:
@@ -191,20 +221,56 @@ class Transaction:
     out, and the next cycle would hand running jobs to a second worker while the
     first still runs them. So the next transaction gives a long hold's time back
     to the leases that were live when it began, before anything else reads them.
+
+    It is entered with ``async with`` on the event loop and ``with`` elsewhere.
+    Either way it waits for a file held by another connection between tries,
+    never inside SQLite's busy handler and never holding the store's lock: the
+    holder may be a transaction of the application's own connection in a
+    coroutine of this very loop (``connection=``), awaiting something before it
+    commits. A loop blocked in the busy handler would wait for a commit that
+    cannot come until ``busy_timeout`` ran out, and stall every other task
+    meanwhile. ``began`` is the store's time once the file is held: a wait
+    does not shorten the leases or due times a step writes.
     """
 
     def __init__(
-        self, db: sqlite3.Connection, lock: threading.RLock, *, noted: bool = True
+        self,
+        db: sqlite3.Connection,
+        lock: threading.RLock,
+        busy_timeout: float,
+        *,
+        noted: bool = True,
     ) -> None:
         self.db = db
         self.lock = lock
+        self.busy_timeout = busy_timeout
         self.noted = noted  # False only while the schema (and table held) is being made
         self.began = 0.0
 
-    def __enter__(self) -> None:
-        self.lock.acquire()
+    def __enter__(self) -> Transaction:
+        pause, deadline = _FIRST_PAUSE, time.monotonic() + self.busy_timeout
+        while not self._begin():
+            self._check(deadline)
+            time.sleep(pause)
+            pause = min(pause * 2, _LAST_PAUSE)
+        return self
+
+    async def __aenter__(self) -> Transaction:
+        pause, deadline = _FIRST_PAUSE, time.monotonic() + self.busy_timeout
+        while not self._begin():
+            self._check(deadline)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _LAST_PAUSE)
+        return self
+
+    def _begin(self) -> bool:
+        """Hold the lock and the file now, or neither and say so."""
+        if not self.lock.acquire(blocking=False):
+            return False  # another thread's step: it holds the lock for microseconds
         try:
-            self.db.execute("BEGIN IMMEDIATE")
+            if not _begin_immediate(self.db, self.busy_timeout):
+                self.lock.release()
+                return False
         except BaseException:
             self.lock.release()
             raise
@@ -218,6 +284,15 @@ class Transaction:
             finally:
                 self.lock.release()
             raise
+        return True
+
+    def _check(self, deadline: float) -> None:
+        if time.monotonic() >= deadline:
+            raise sqlite3.OperationalError(
+                f"database is locked: another connection held the jobs file for "
+                f"busy_timeout={self.busy_timeout}s (a long transaction of your own "
+                "connection, or of another process)"
+            )
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
@@ -228,6 +303,9 @@ class Transaction:
         finally:
             self.lock.release()
 
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.__exit__(exc_type, exc, tb)
+
     def _commit(self) -> None:
         try:
             if self.noted:
@@ -237,6 +315,27 @@ class Transaction:
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
+
+
+# Between tries for a held file: short at first (most holds are a step of
+# another process, microseconds long), at most 20 ms.
+_FIRST_PAUSE = 0.0005
+_LAST_PAUSE = 0.02
+
+
+def _begin_immediate(db: sqlite3.Connection, busy_timeout: float) -> bool:
+    """``BEGIN IMMEDIATE`` without waiting: False if another connection holds the file."""
+    db.execute("PRAGMA busy_timeout = 0")
+    try:
+        db.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+            raise
+        return False
+    finally:
+        # Reads keep the busy handler: in WAL mode they wait only for moments.
+        db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+    return True
 
 
 def _give_back_held_time(db: sqlite3.Connection) -> None:
@@ -267,3 +366,21 @@ def check_app_connection(store: object, path: str, connection: Any) -> None:
             f", not on this store's file {path}; a transaction can only include jobs "
             "of the file it writes to"
         )
+    if _autocommits(connection):
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} is in autocommit mode with no transaction "
+            "open, so the job would be committed at once, whatever your code does next; "
+            "open the transaction first (`connection.execute('BEGIN')`, or a connection "
+            "made without isolation_level=None), or leave out connection= to enqueue on "
+            "its own; nothing was enqueued"
+        )
+
+
+def _autocommits(connection: sqlite3.Connection) -> bool:
+    """Whether a statement on ``connection`` would commit at once, outside any transaction."""
+    if connection.in_transaction:
+        return False
+    mode = getattr(connection, "autocommit", None)  # Python 3.12's transaction control
+    if mode is True or mode is False:
+        return mode
+    return connection.isolation_level is None  # legacy: None means no implicit BEGIN

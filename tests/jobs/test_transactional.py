@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,67 @@ async def test_a_store_without_a_shared_database_says_so() -> None:
         "it does not share a database with it. Enqueue after your commit, or use a "
         "PostgreSQL or SQLite job store on the database your app writes to."
     )
+
+
+async def test_an_autocommit_connection_outside_a_transaction_is_refused(tmp_path: Path) -> None:
+    queue, seen, _ = make(tmp_path / "app.db")
+    app = sqlite3.connect(tmp_path / "app.db", isolation_level=None)
+    with pytest.raises(ConfigError) as error:
+        await queue.jobs["ship"].options(connection=app).enqueue(1)
+    assert str(error.value) == (
+        f"{queue.backend!r}: connection={app!r} is in autocommit mode with no transaction "
+        "open, so the job would be committed at once, whatever your code does next; open the "
+        "transaction first (`connection.execute('BEGIN')`, or a connection made without "
+        "isolation_level=None), or leave out connection= to enqueue on its own; nothing was "
+        "enqueued"
+    )
+    # Inside an explicit transaction the same connection is fine: rolled back, no job.
+    app.execute("BEGIN")
+    app.execute("INSERT INTO orders VALUES (3, 'pen')")
+    handle = await queue.jobs["ship"].options(connection=app).enqueue(3)
+    app.execute("ROLLBACK")
+    assert (await handle.status()).state == "unknown"
+    await run_all(queue)
+    assert seen == []
+
+
+async def test_a_step_waits_for_the_apps_open_transaction_without_blocking_the_loop(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "app.db"
+    _, _, app = make(path)
+    queue = Queue(SQLiteBackend(path, busy_timeout=2.0))
+    queue.job(name="ship")(_noop)
+    app.execute("INSERT INTO orders VALUES (1, 'book')")  # the app's transaction holds the file
+
+    async def commit_soon() -> None:
+        await asyncio.sleep(0.05)  # the app awaits something before it commits
+        app.commit()
+
+    began = time.monotonic()
+    committer = asyncio.create_task(commit_soon())
+    # The store's own step waits for that commit: it blocked the loop in SQLite's
+    # busy handler, so the commit never came and it failed after busy_timeout.
+    handle = await queue.jobs["ship"].enqueue(1)
+    await committer
+    assert time.monotonic() - began < 1.0
+    assert (await handle.status()).state == "queued"
+
+
+async def test_a_file_held_past_busy_timeout_is_an_error_that_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    _, _, app = make(path)
+    queue = Queue(SQLiteBackend(path, busy_timeout=0.2))
+    queue.job(name="ship")(_noop)
+    app.execute("INSERT INTO orders VALUES (1, 'book')")
+    with pytest.raises(sqlite3.OperationalError) as error:
+        await queue.jobs["ship"].enqueue(1)
+    assert str(error.value) == (
+        "database is locked: another connection held the jobs file for busy_timeout=0.2s "
+        "(a long transaction of your own connection, or of another process)"
+    )
+    app.rollback()
+
+
+async def _noop(order: int) -> None:
+    return None
