@@ -26,8 +26,10 @@ machine's clock (:func:`_clock.store_now`), never on the caller's ``now``.
 Idle workers wait on wake-ups, one named pipe per queue between processes
 (:mod:`batchy.jobs._sqlite_wake`), rung after the transaction that made work.
 
-Calls are synchronous under the hood (SQLite answers in microseconds); a busy
-database makes a call wait up to ``busy_timeout`` seconds.
+Calls are synchronous under the hood (SQLite answers in microseconds). A step
+that finds the file held by another connection waits up to ``busy_timeout``
+seconds for it between tries, awaiting on the event loop rather than blocking
+it (see ``Transaction`` in ``_sqlite_tx``).
 """
 
 from __future__ import annotations
@@ -55,11 +57,18 @@ from ._model import (
 )
 from ._records import StoredJob
 from ._sqlite_admin import act, list_jobs, read_job, retry_dead, select_dead
+from ._sqlite_app import join_app_transaction
 from ._sqlite_counts import add_counts, read_counts
 from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_runs import note_run, runs
 from ._sqlite_tx import Transaction as _Transaction
-from ._sqlite_tx import advance, check_app_connection, finish_done, insert_jobs, open_wal
+from ._sqlite_tx import (
+    advance,
+    check_busy_timeout,
+    finish_done,
+    insert_jobs,
+    open_wal,
+)
 from ._sqlite_tx import chunks as _chunks
 from ._sqlite_tx import create_schema as _create_schema
 from ._sqlite_tx import pairs as _pairs
@@ -91,6 +100,7 @@ class SQLiteBackend(Backend):
                 "use 'NORMAL' (default: safe against process crashes) or 'FULL' "
                 "(also against power loss)"
             )
+        check_busy_timeout(busy_timeout)
         self.path = str(path)
         self.dead_max = dead_max
         self.dead_max_age = dead_max_age
@@ -142,7 +152,7 @@ class SQLiteBackend(Backend):
         # exist if and only if it commits. Nobody can ring after that commit,
         # so a worker may see them only at its next poll_interval.
         self.check_envelopes(envelopes)
-        check_app_connection(self, self.path, connection)
+        join_app_transaction(self, self.path, connection)
         pushed = insert_jobs(connection, envelopes, sent, _clock.store_now())
         return self._pushed(envelopes, pushed)
 

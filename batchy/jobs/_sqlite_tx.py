@@ -1,14 +1,13 @@
-"""SQLite plumbing for the store: schema, transactions, id lists, finished jobs, app connections."""
+"""SQLite plumbing for the store: schema, transactions, inserts, id lists, finished jobs."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from . import _clock
 from ._errors import ConfigError
@@ -20,7 +19,7 @@ __all__ = [
     "WAITING",
     "Transaction",
     "advance",
-    "check_app_connection",
+    "check_busy_timeout",
     "chunks",
     "create_schema",
     "entry_state",
@@ -249,7 +248,9 @@ class Transaction:
 
     def __enter__(self) -> Transaction:
         pause, deadline = _FIRST_PAUSE, time.monotonic() + self.busy_timeout
-        while not self._begin():
+        # A thread waits its turn at the lock (in arrival order, fairly); the
+        # loop never does, below.
+        while not self._begin(max(0.0, deadline - time.monotonic())):
             self._check(deadline)
             time.sleep(pause)
             pause = min(pause * 2, _LAST_PAUSE)
@@ -257,30 +258,28 @@ class Transaction:
 
     async def __aenter__(self) -> Transaction:
         pause, deadline = _FIRST_PAUSE, time.monotonic() + self.busy_timeout
-        while not self._begin():
+        while not self._begin(None):
             self._check(deadline)
             await asyncio.sleep(pause)
             pause = min(pause * 2, _LAST_PAUSE)
         return self
 
-    def _begin(self) -> bool:
-        """Hold the lock and the file now, or neither and say so."""
-        if not self.lock.acquire(blocking=False):
-            return False  # another thread's step: it holds the lock for microseconds
+    def _begin(self, wait: float | None) -> bool:
+        """Hold the lock and the file now, or neither and say so (``wait``: for the lock)."""
+        if not (self.lock.acquire(timeout=wait) if wait else self.lock.acquire(blocking=False)):
+            return False  # another thread's step holds it
         try:
             if not _begin_immediate(self.db, self.busy_timeout):
                 self.lock.release()
                 return False
-        except BaseException:
-            self.lock.release()
-            raise
-        try:
             self.began = _clock.store_now()
             if self.noted:
                 _give_back_held_time(self.db)
         except BaseException:
+            # Whatever failed once BEGIN went through (an interrupt, a full disk),
+            # the transaction ends here: left open, every later step would fail.
             try:
-                self.db.execute("ROLLBACK")
+                _rollback(self.db)
             finally:
                 self.lock.release()
             raise
@@ -299,7 +298,7 @@ class Transaction:
             if exc_type is None:
                 self._commit()
             else:
-                self.db.execute("ROLLBACK")
+                _rollback(self.db)
         finally:
             self.lock.release()
 
@@ -313,7 +312,7 @@ class Transaction:
                 self.db.execute("UPDATE held SET began = ?, ended = ?", (self.began, ended))
             self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            _rollback(self.db)
             raise
 
 
@@ -321,6 +320,9 @@ class Transaction:
 # another process, microseconds long), at most 20 ms.
 _FIRST_PAUSE = 0.0005
 _LAST_PAUSE = 0.02
+
+#: The longest busy_timeout SQLite takes (milliseconds in a C int).
+MAX_BUSY_TIMEOUT = (2**31 - 1) // 1000
 
 
 def _begin_immediate(db: sqlite3.Connection, busy_timeout: float) -> bool:
@@ -338,6 +340,13 @@ def _begin_immediate(db: sqlite3.Connection, busy_timeout: float) -> bool:
     return True
 
 
+def _rollback(db: sqlite3.Connection) -> None:
+    # SQLite may have rolled back already (a full disk, an I/O error): a second
+    # ROLLBACK would raise and hide the error that did it.
+    if db.in_transaction:
+        db.execute("ROLLBACK")
+
+
 def _give_back_held_time(db: sqlite3.Connection) -> None:
     row = db.execute("SELECT began, ended FROM held").fetchone()
     if row is not None and row[1] - row[0] > HOLD_GRACE:
@@ -350,37 +359,10 @@ def _give_back_held_time(db: sqlite3.Connection) -> None:
         )
 
 
-def check_app_connection(store: object, path: str, connection: Any) -> None:
-    """Raise :class:`ConfigError` unless ``connection`` is a sqlite3 connection on ``path``."""
-    if not isinstance(connection, sqlite3.Connection):
+def check_busy_timeout(busy_timeout: object) -> None:
+    """Raise :class:`ConfigError` unless ``busy_timeout`` is seconds SQLite can wait."""
+    if not (isinstance(busy_timeout, int | float) and 0 <= busy_timeout <= MAX_BUSY_TIMEOUT):
         raise ConfigError(
-            f"{store!r}: connection={connection!r} is not a sqlite3.Connection; pass the "
-            "connection your transaction runs on"
+            f"SQLiteBackend busy_timeout={busy_timeout!r} is not a time SQLite can wait "
+            f"for a held file; give seconds from 0 to {MAX_BUSY_TIMEOUT:,} (default 10.0)"
         )
-    files = [row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"]
-    mine = os.path.realpath(path) if path not in ("", ":memory:") else None
-    theirs = os.path.realpath(files[0]) if files and files[0] else None
-    if mine is None or theirs != mine:
-        raise ConfigError(
-            f"{store!r}: connection={connection!r} is open on {theirs or 'a memory database'}"
-            f", not on this store's file {path}; a transaction can only include jobs "
-            "of the file it writes to"
-        )
-    if _autocommits(connection):
-        raise ConfigError(
-            f"{store!r}: connection={connection!r} is in autocommit mode with no transaction "
-            "open, so the job would be committed at once, whatever your code does next; "
-            "open the transaction first (`connection.execute('BEGIN')`, or a connection "
-            "made without isolation_level=None), or leave out connection= to enqueue on "
-            "its own; nothing was enqueued"
-        )
-
-
-def _autocommits(connection: sqlite3.Connection) -> bool:
-    """Whether a statement on ``connection`` would commit at once, outside any transaction."""
-    if connection.in_transaction:
-        return False
-    mode = getattr(connection, "autocommit", None)  # Python 3.12's transaction control
-    if mode is True or mode is False:
-        return mode
-    return connection.isolation_level is None  # legacy: None means no implicit BEGIN

@@ -5,7 +5,8 @@ transaction commits. What would break that is refused before anything is
 written: a connection of the wrong kind (a blocking one awaited, which ran its
 statement before the ``await`` failed), one to another database (the job would
 land where no worker of this store looks), one in autocommit with no
-transaction open (the job would commit at once), and, for jobs with an
+transaction open (the job would commit at once) or with a query in progress
+that hides whether one is (pipeline mode), and, for jobs with an
 ordering key, an isolation level above READ COMMITTED (its snapshot may predate
 the key's newest job, so the new one would become a second head).
 
@@ -85,10 +86,10 @@ class PostgresPushing:
             return list(row[0]) if row is not None else []
         await self.pool()  # the schema exists before the app's transaction uses it
         keyed = any(e.key is not None for e in envelopes)
-        cursor = await app_cursor(self, connection, self._database, keyed)
-        await self._add_queues(envelopes)
-        await cursor.execute(self._sql["push"], params)
-        row = await cursor.fetchone()
+        async with await app_cursor(self, connection, self._database, keyed) as cursor:
+            await self._add_queues(envelopes)
+            await cursor.execute(self._sql["push"], params)
+            row = await cursor.fetchone()
         return list(row[0]) if row is not None else []
 
     async def _add_queues(self, envelopes: Sequence[Envelope]) -> None:
@@ -124,8 +125,9 @@ class PostgresPushing:
             if new:  # as _add_queues
                 own.execute(self.names.sql(_ADD_QUEUES), (new,))
                 self._queues.update(new)
-        cursor.execute(self._sql["push"], params)
-        row = cursor.fetchone()
+        with cursor:
+            cursor.execute(self._sql["push"], params)
+            row = cursor.fetchone()
         return list(row[0]) if row is not None else []
 
     def _sync_connection(self) -> psycopg.Connection[Any]:
@@ -146,8 +148,15 @@ async def app_cursor(
     _check(store, connection, psycopg.AsyncConnection, database)
     cursor = psycopg.AsyncCursor(connection, row_factory=tuple_row)
     if keyed:
+        idle = connection.info.transaction_status == TransactionStatus.IDLE
         await cursor.execute("SHOW transaction_isolation")
-        _check_isolation(store, connection, await cursor.fetchone())
+        try:
+            _check_isolation(store, connection, await cursor.fetchone())
+        except ConfigError:
+            await cursor.close()
+            if idle:  # the SHOW began the transaction: end it, as it was before
+                await connection.rollback()
+            raise
     return cursor
 
 
@@ -158,24 +167,35 @@ def app_cursor_sync(
     _check(store, connection, psycopg.Connection, database)
     cursor = psycopg.Cursor(connection, row_factory=tuple_row)
     if keyed:
+        idle = connection.info.transaction_status == TransactionStatus.IDLE
         cursor.execute("SHOW transaction_isolation")
-        _check_isolation(store, connection, cursor.fetchone())
+        try:
+            _check_isolation(store, connection, cursor.fetchone())
+        except ConfigError:
+            cursor.close()
+            if idle:  # as app_cursor
+                connection.rollback()
+            raise
     return cursor
 
 
 _Kind = type[psycopg.Connection[Any]] | type[psycopg.AsyncConnection[Any]]
+_IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 
 def _check(store: object, connection: Any, kind: _Kind, database: str | None) -> None:
     if not isinstance(connection, kind):
         raise ConfigError(f"{store!r}: connection={connection!r} {_wrong_kind(connection, kind)}")
-    if connection.autocommit and connection.info.transaction_status == TransactionStatus.IDLE:
+    # In autocommit mode only a transaction block that has begun makes the push
+    # part of something; a query in progress (pipeline mode, another task on the
+    # connection) hides whether one has, so that is refused too.
+    if connection.autocommit and connection.info.transaction_status not in _IN_TRANSACTION:
         raise ConfigError(
             f"{store!r}: connection={connection!r} is in autocommit mode with no transaction "
             "open, so the job would be committed at once, whatever your code does next; "
             "enqueue inside the transaction (`async with conn.transaction():` or "
-            "`with conn.transaction():`), or leave out connection= to enqueue on its own; "
-            "nothing was enqueued"
+            "`with conn.transaction():`, outside a pipeline block), or leave out "
+            "connection= to enqueue on its own; nothing was enqueued"
         )
     theirs = connection.info.dbname
     if database is not None and theirs != database:
@@ -210,7 +230,8 @@ def _wrong_kind(connection: Any, kind: _Kind) -> str:
 
 def _check_isolation(store: object, connection: Any, row: tuple[Any, ...] | None) -> None:
     level = row[0] if row else None
-    if level != "read committed":
+    # PostgreSQL runs READ UNCOMMITTED as READ COMMITTED.
+    if level not in ("read committed", "read uncommitted"):
         raise ConfigError(
             f"{store!r}: connection={connection!r} runs its transaction at isolation level "
             f"{level!r}; jobs with an ordering key (key=...) keep their order only when "

@@ -248,11 +248,32 @@ async def test_keyed_jobs_need_read_committed_and_others_do_not(
         with pytest.raises(ConfigError) as error:
             await store.push([keyed], time.time(), connection=conn)
         assert "runs its transaction at isolation level 'repeatable read'" in str(error.value)
-        await conn.rollback()
+        # The refused call began no transaction of the app's: it may still set its level.
+        assert conn.info.transaction_status == TransactionStatus.IDLE
         plain = job()
         assert await store.push([plain], time.time(), connection=conn) == [True]
         await conn.commit()
-    assert await _count(store) == 1
+        # PostgreSQL runs READ UNCOMMITTED as READ COMMITTED: keyed jobs are fine there.
+        await conn.set_isolation_level(psycopg.IsolationLevel.READ_UNCOMMITTED)
+        assert await store.push([keyed], time.time(), connection=conn) == [True]
+        await conn.commit()
+    with psycopg.connect(postgres_dsn) as sync:
+        sync.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+        with pytest.raises(ConfigError, match="isolation level 'serializable'"):
+            store.push_sync([keyed], time.time(), connection=sync)
+        assert sync.info.transaction_status == TransactionStatus.IDLE
+    assert await _count(store) == 2
+
+
+async def test_an_autocommit_connection_in_a_pipeline_is_refused(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        async with conn.pipeline():
+            await conn.execute("SELECT 1")  # its result still pending: ACTIVE, not IDLE
+            with pytest.raises(ConfigError, match="outside a pipeline block"):
+                await store.push([job()], time.time(), connection=conn)
+    assert await _count(store) == 0
 
 
 async def test_the_apps_row_factory_does_not_change_what_the_push_reads(

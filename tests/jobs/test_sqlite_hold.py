@@ -105,3 +105,79 @@ def test_processes_opening_a_new_file_together_all_open_it(tmp_path: Path) -> No
     ]
     errors = [proc.communicate(timeout=25)[1] for proc in procs]
     assert errors == ["", "", ""]
+
+
+# -- a step's transaction always ends, and says what ended it -------------------------
+
+
+def _push(store: SQLiteBackend, job_id: str, key: str | None = None, payload: str = "{}") -> None:
+    store.push_sync([Envelope(job_id, "q", payload, key=key)], time.time())
+
+
+def test_an_interrupt_once_the_file_is_held_leaves_no_transaction_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchy.jobs import _sqlite_tx
+
+    store = SQLiteBackend(tmp_path / "jobs.db", busy_timeout=0.5)
+    real = _sqlite_tx._begin_immediate
+    armed = [True]
+
+    def begin_then_interrupt(db: sqlite3.Connection, busy_timeout: float) -> bool:
+        began = real(db, busy_timeout)
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt  # a ^C landing just after BEGIN went through
+        return began
+
+    monkeypatch.setattr(_sqlite_tx, "_begin_immediate", begin_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        _push(store, "a")
+    assert not store._db.in_transaction  # it held the file, and every later step failed
+    _push(store, "b")
+    other = SQLiteBackend(tmp_path / "jobs.db", busy_timeout=0.5)
+    _push(other, "c")
+
+
+def test_an_error_sqlite_rolled_back_itself_is_the_error_raised(tmp_path: Path) -> None:
+    store = SQLiteBackend(tmp_path / "jobs.db")
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages + 2}")
+    with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+        _push(store, "big", payload="x" * 200_000)  # was: 'cannot rollback - no transaction'
+    store._db.execute("PRAGMA max_page_count = 1000000")
+    _push(store, "small")
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), -1, 10**7, "10"])
+def test_a_busy_timeout_sqlite_cannot_wait_is_refused(tmp_path: Path, bad: object) -> None:
+    from batchy.jobs import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        SQLiteBackend(tmp_path / "jobs.db", busy_timeout=bad)  # type: ignore[arg-type]
+    assert str(error.value) == (
+        f"SQLiteBackend busy_timeout={bad!r} is not a time SQLite can wait for a held file; "
+        "give seconds from 0 to 2,147,483 (default 10.0)"
+    )
+
+
+def test_an_app_connection_with_no_transaction_open_reads_each_head_inside_its_own(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.db"
+    store, other = SQLiteBackend(path), SQLiteBackend(path)
+    app = sqlite3.connect(path)  # the sqlite3 default: it begins at the first insert
+    assert not app.in_transaction
+
+    def another_writer_as_the_transaction_begins(sql: str) -> None:
+        # Another process enqueues a job of the same key just as this one begins.
+        if sql.upper().startswith("BEGIN"):
+            app.set_trace_callback(None)
+            _push(other, "theirs", key="acct-7")
+
+    app.set_trace_callback(another_writer_as_the_transaction_begins)
+    store.push_sync([Envelope("mine", "q", "{}", key="acct-7")], time.time(), connection=app)
+    app.commit()
+    heads = app.execute("SELECT id FROM jobs WHERE okey = 'acct-7' AND state = 0").fetchall()
+    assert len(heads) == 1, heads  # two heads: the key's jobs would run at once
+    app.close()

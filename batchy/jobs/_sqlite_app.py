@@ -1,0 +1,56 @@
+"""The application's own sqlite3 connection: whether the store's jobs may join its transaction."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Any
+
+from ._errors import ConfigError
+
+__all__ = ["join_app_transaction"]
+
+
+def join_app_transaction(store: object, path: str, connection: Any) -> None:
+    """Check that ``connection`` can take ``store``'s jobs into its transaction, and open it.
+
+    :class:`ConfigError` unless it is a sqlite3 connection on ``path`` that is in a
+    transaction or begins one. One with none open yet is begun here: the sqlite3
+    module would begin it only at the first insert, after the read of each ordering
+    key's head, and another writer could add a head in between. The app's
+    ``commit()`` ends it as it would its own.
+    """
+    if not isinstance(connection, sqlite3.Connection):
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} is not a sqlite3.Connection; pass the "
+            "connection your transaction runs on"
+        )
+    files = [row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"]
+    mine = os.path.realpath(path) if path not in ("", ":memory:") else None
+    theirs = os.path.realpath(files[0]) if files and files[0] else None
+    if mine is None or theirs != mine:
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} is open on {theirs or 'a memory database'}"
+            f", not on this store's file {path}; a transaction can only include jobs "
+            "of the file it writes to"
+        )
+    if _autocommits(connection):
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} is in autocommit mode with no transaction "
+            "open, so the job would be committed at once, whatever your code does next; "
+            "open the transaction first (`connection.execute('BEGIN')`, or a connection "
+            "made without isolation_level=None), or leave out connection= to enqueue on "
+            "its own; nothing was enqueued"
+        )
+    if not connection.in_transaction:
+        connection.execute("BEGIN IMMEDIATE")
+
+
+def _autocommits(connection: sqlite3.Connection) -> bool:
+    """Whether a statement on ``connection`` would commit at once, outside any transaction."""
+    if connection.in_transaction:
+        return False
+    mode = getattr(connection, "autocommit", None)  # Python 3.12's transaction control
+    if mode is True or mode is False:
+        return mode
+    return connection.isolation_level is None  # legacy: None means no implicit BEGIN
