@@ -29,17 +29,18 @@ Idle workers wait on wake-ups, one named pipe per queue between processes
 Calls are synchronous under the hood (SQLite answers in microseconds). A step
 that finds the file held by another connection waits up to ``busy_timeout``
 seconds for it between tries, awaiting on the event loop rather than blocking
-it (see ``Transaction`` in ``_sqlite_tx``).
+it (see ``_sqlite_lock``).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import _clock
 from ._backend import DEAD_MAX, DEAD_MAX_AGE, Backend
@@ -59,12 +60,12 @@ from ._records import StoredJob
 from ._sqlite_admin import act, list_jobs, read_job, retry_dead, select_dead
 from ._sqlite_app import join_app_transaction
 from ._sqlite_counts import add_counts, read_counts
+from ._sqlite_lock import Transaction as _Transaction
+from ._sqlite_lock import check_busy_timeout, read
 from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_runs import note_run, runs
-from ._sqlite_tx import Transaction as _Transaction
 from ._sqlite_tx import (
     advance,
-    check_busy_timeout,
     finish_done,
     insert_jobs,
     open_wal,
@@ -75,6 +76,8 @@ from ._sqlite_tx import pairs as _pairs
 from ._sqlite_wake import SQLiteWakeups
 
 __all__ = ["SQLiteBackend"]
+
+T = TypeVar("T")
 
 
 class SQLiteBackend(Backend):
@@ -104,9 +107,8 @@ class SQLiteBackend(Backend):
         self.path = str(path)
         self.dead_max = dead_max
         self.dead_max_age = dead_max_age
-        # One connection, possibly used from web threads (push_sync) and the loop:
-        # a lock keeps their transactions from interleaving. No await happens
-        # while it is held, so the event loop never waits on itself.
+        # One connection, used from web threads (push_sync) and the loop: see
+        # _sqlite_lock for how steps take it and the file in turn.
         self._lock = threading.RLock()
         self._db = open_wal(self.path, busy_timeout)
         self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
@@ -114,7 +116,7 @@ class SQLiteBackend(Backend):
         with _Transaction(self._db, self._lock, busy_timeout, noted=False):
             _create_schema(self._db)
         self._pruned = 0.0
-        self._wakeups = SQLiteWakeups(self.path, self._db, self._lock)
+        self._wakeups = SQLiteWakeups(self.path, self._db, self._lock, busy_timeout)
 
     #: Rows a page of jobs reads at most per queue beyond the page (see list_jobs).
     page_budget = 500
@@ -124,6 +126,9 @@ class SQLiteBackend(Backend):
 
     def _tx(self) -> _Transaction:
         return _Transaction(self._db, self._lock, self.busy_timeout)
+
+    async def _read(self, fn: Callable[[], T]) -> T:
+        return await read(self._lock, self.busy_timeout, fn)
 
     # -- writing ---------------------------------------------------------------------
 
@@ -310,27 +315,24 @@ class SQLiteBackend(Backend):
 
     async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
         shift = now - _clock.store_now()  # store times are reported on the caller's clock
-        with self._lock:  # reads too: never inside another thread's transaction
-            return self.rank_keys(read_keys(self._db, now, shift), limit)
+        found = await self._read(lambda: read_keys(self._db, now, shift))
+        return self.rank_keys(found, limit)
 
     # -- reading ---------------------------------------------------------------------
 
     async def status(self, job_id: str, now: float) -> JobStatus:
-        with self._lock:  # reads too: never inside another thread's transaction
-            return read_status(self._db, job_id, _clock.store_now())
+        return await self._read(lambda: read_status(self._db, job_id, _clock.store_now()))
 
     async def info(self, now: float) -> Info:
-        with self._lock:  # reads too: never inside another thread's transaction
-            return read_info(self._db, _clock.store_now())
+        return await self._read(lambda: read_info(self._db, _clock.store_now()))
 
     async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
-        with self._lock:  # reads too: never inside another thread's transaction
-            rows = self._db.execute(
-                "SELECT id, queue, payload, reason, traceback, died, okey FROM dead "
-                "ORDER BY died DESC LIMIT ?",
-                (limit,),
-            ).fetchall()
-            return [DeadJob(*row) for row in rows]
+        sql = (
+            "SELECT id, queue, payload, reason, traceback, died, okey FROM dead "
+            "ORDER BY died DESC LIMIT ?"
+        )
+        rows = await self._read(lambda: self._db.execute(sql, (limit,)).fetchall())
+        return [DeadJob(*row) for row in rows]
 
     async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
         async with self._tx():
@@ -362,16 +364,15 @@ class SQLiteBackend(Backend):
         limit: int = 50,
     ) -> tuple[list[StoredJob], str | None]:
         store_now = _clock.store_now()
-        with self._lock:  # reads too: never inside another thread's transaction
-            return list_jobs(
-                self._db, state, store_now, now - store_now, queue=queue, key=key,
-                after=after, limit=limit, budget=self.page_budget, store=self,
-            )  # fmt: skip
+        page = functools.partial(
+            list_jobs, self._db, state, store_now, now - store_now, queue=queue, key=key,
+            after=after, limit=limit, budget=self.page_budget, store=self,
+        )  # fmt: skip
+        return await self._read(page)
 
     async def job(self, job_id: str, now: float) -> StoredJob | None:
         store_now = _clock.store_now()
-        with self._lock:
-            return read_job(self._db, job_id, store_now, now - store_now)
+        return await self._read(lambda: read_job(self._db, job_id, store_now, now - store_now))
 
     async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
         async with self._tx():
@@ -384,8 +385,7 @@ class SQLiteBackend(Backend):
             add_counts(self._db, counts, now)
 
     async def read_counts(self, since: int, now: float) -> dict[tuple[int, str], int]:
-        with self._lock:  # reads too: never inside another thread's transaction
-            return read_counts(self._db, since)
+        return await self._read(lambda: read_counts(self._db, since))
 
     async def note_run(self, name: str, run: str, now: float, keep: float) -> None:
         async with self._tx():
@@ -394,8 +394,7 @@ class SQLiteBackend(Backend):
     async def runs(
         self, name: str, now: float, keep: float, limit: int = 50
     ) -> list[tuple[str, float]]:
-        with self._lock:
-            return runs(self._db, name, now, keep, limit)
+        return await self._read(lambda: runs(self._db, name, now, keep, limit))
 
     async def close(self) -> None:
         self._wakeups.close()

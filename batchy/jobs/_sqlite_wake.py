@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable, Sequence
 
 from ._model import Outcome
+from ._sqlite_lock import read
 from ._wake import Wakeups
 
 __all__ = ["SQLiteWakeups"]
@@ -20,10 +21,13 @@ __all__ = ["SQLiteWakeups"]
 class SQLiteWakeups(Wakeups):
     """:class:`Wakeups` that read the store's rows through its connection."""
 
-    def __init__(self, path: str, db: sqlite3.Connection, lock: threading.RLock) -> None:
+    def __init__(
+        self, path: str, db: sqlite3.Connection, lock: threading.RLock, busy_timeout: float
+    ) -> None:
         super().__init__(None if path in ("", ":memory:") else path + "-wake")
         self.db = db
         self.lock = lock
+        self.busy_timeout = busy_timeout
 
     def after_cycle(
         self, outcomes: Sequence[Outcome], queues: Sequence[str], full: bool, now: float
@@ -47,9 +51,11 @@ class SQLiteWakeups(Wakeups):
         """
         names = list(queues)
         sql = "SELECT min(due) FROM jobs WHERE queue = ? AND state = 0"
-        with self.lock:  # reads too: never inside another thread's transaction
+
+        def next_times() -> list[float]:
             dues = [d for q in names if (d := self.db.execute(sql, (q,)).fetchone()[0]) is not None]
             lease = self.db.execute("SELECT min(lease) FROM jobs WHERE state = 1").fetchone()[0]
-        if lease is not None:
-            dues.append(lease)
+            return dues if lease is None else [*dues, lease]
+
+        dues = await read(self.lock, self.busy_timeout, next_times)
         await self.wait(names, timeout, min(dues, default=None))

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,20 +118,22 @@ def _push(store: SQLiteBackend, job_id: str, key: str | None = None, payload: st
 def test_an_interrupt_once_the_file_is_held_leaves_no_transaction_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from batchy.jobs import _sqlite_tx
+    class Interrupted(sqlite3.Connection):
+        """Raises KeyboardInterrupt at the first statement after a BEGIN went through (a ^C)."""
 
+        armed = False
+
+        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+            if Interrupted.armed and self.in_transaction:
+                Interrupted.armed = False
+                raise KeyboardInterrupt
+            return super().execute(sql, *args)
+
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: connect(*a, **k, factory=Interrupted))
     store = SQLiteBackend(tmp_path / "jobs.db", busy_timeout=0.5)
-    real = _sqlite_tx._begin_immediate
-    armed = [True]
-
-    def begin_then_interrupt(db: sqlite3.Connection, busy_timeout: float) -> bool:
-        began = real(db, busy_timeout)
-        if armed[0]:
-            armed[0] = False
-            raise KeyboardInterrupt  # a ^C landing just after BEGIN went through
-        return began
-
-    monkeypatch.setattr(_sqlite_tx, "_begin_immediate", begin_then_interrupt)
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    Interrupted.armed = True
     with pytest.raises(KeyboardInterrupt):
         _push(store, "a")
     assert not store._db.in_transaction  # it held the file, and every later step failed

@@ -1,0 +1,208 @@
+"""Taking the SQLite file for a store step: in turn within the process, and waiting for others.
+
+One connection serves a store in a process, from the event loop and from web
+threads (``push_sync``): a lock keeps their steps apart, and nothing awaits
+while it is held. Another connection may hold the file (another process, or
+the application's own connection in a transaction of its own). The store's
+connection never waits for it inside SQLite's busy handler (its busy timeout
+is 0): the holder may be a coroutine of this very event loop, awaiting
+something before it commits, and a loop blocked in the busy handler would wait
+for a commit that cannot come until ``busy_timeout`` ran out, stalling every
+other task meanwhile. So a step tries, and waits between tries, without the
+lock: on the loop with ``asyncio.sleep``, in a thread with ``time.sleep``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from . import _clock
+from ._errors import ConfigError
+
+__all__ = ["HOLD_GRACE", "MAX_BUSY_TIMEOUT", "Transaction", "check_busy_timeout", "read"]
+
+T = TypeVar("T")
+
+#: Seconds a write transaction may hold the file before the leases it outlived
+#: get that time back (a normal one takes milliseconds).
+HOLD_GRACE = 0.1
+
+#: The longest busy_timeout SQLite takes (milliseconds in a C int).
+MAX_BUSY_TIMEOUT = (2**31 - 1) // 1000
+
+# Between tries for a held file: short at first (most holds are a step of
+# another process, microseconds long), at most 20 ms.
+_FIRST_PAUSE = 0.0005
+_LAST_PAUSE = 0.02
+
+
+def check_busy_timeout(busy_timeout: object) -> None:
+    """Raise :class:`ConfigError` unless ``busy_timeout`` is seconds SQLite can wait."""
+    if not (isinstance(busy_timeout, int | float) and 0 <= busy_timeout <= MAX_BUSY_TIMEOUT):
+        raise ConfigError(
+            f"SQLiteBackend busy_timeout={busy_timeout!r} is not a time SQLite can wait "
+            f"for a held file; give seconds from 0 to {MAX_BUSY_TIMEOUT:,} (default 10.0)"
+        )
+
+
+class _Patience:
+    """How long to pause before the next try, until ``busy_timeout`` has passed."""
+
+    def __init__(self, busy_timeout: float) -> None:
+        self.busy_timeout = busy_timeout
+        self.deadline = time.monotonic() + busy_timeout
+        self._pause = _FIRST_PAUSE
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def pause(self) -> float:
+        """The next pause; :class:`sqlite3.OperationalError` once the time is up."""
+        if time.monotonic() >= self.deadline:
+            raise sqlite3.OperationalError(
+                f"database is locked: another connection held the jobs file for "
+                f"busy_timeout={self.busy_timeout}s (a long transaction of your own "
+                "connection, or of another process)"
+            )
+        pause, self._pause = self._pause, min(self._pause * 2, _LAST_PAUSE)
+        return pause
+
+
+def _busy(error: sqlite3.OperationalError) -> bool:
+    return error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+
+
+async def read(lock: threading.RLock, busy_timeout: float, fn: Callable[[], T]) -> T:
+    """``fn()``, reads outside any transaction, under ``lock`` (never within another
+    thread's step). In WAL mode a reader meets a held file only while another
+    connection recovers it after a crash: then it waits between tries."""
+    patience: _Patience | None = None
+    while True:
+        if lock.acquire(blocking=False):
+            try:
+                return fn()
+            except sqlite3.OperationalError as error:
+                if not _busy(error):
+                    raise
+            finally:
+                lock.release()
+        patience = patience or _Patience(busy_timeout)
+        await asyncio.sleep(patience.pause())
+
+
+class Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error): one atomic step.
+
+    Entered with ``async with`` on the event loop and ``with`` in a thread; either
+    waits for a held file between tries (see the module's docstring). ``began``
+    is the store's time once the file is held: a wait does not shorten the
+    leases or due times a step writes.
+
+    Each one notes when it began and ended (table ``held``). While a transaction
+    holds the file, no other process can renew a lease: a process stopped or
+    frozen inside one (SIGSTOP, a VM pause) would let every worker's leases run
+    out, and the next cycle would hand running jobs to a second worker while the
+    first still runs them. So the next transaction gives a long hold's time back
+    to the leases that were live when it began, before anything else reads them.
+    """
+
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        lock: threading.RLock,
+        busy_timeout: float,
+        *,
+        noted: bool = True,
+    ) -> None:
+        self.db = db
+        self.lock = lock
+        self.busy_timeout = busy_timeout
+        self.noted = noted  # False only while the schema (and table held) is being made
+        self.began = 0.0
+
+    def __enter__(self) -> Transaction:
+        # A thread waits its turn at the lock (in arrival order, fairly); the
+        # loop never does, below.
+        if not self._begin(self.busy_timeout):
+            patience = _Patience(self.busy_timeout)
+            while not self._begin(patience.left()):
+                time.sleep(patience.pause())
+        return self
+
+    async def __aenter__(self) -> Transaction:
+        if not self._begin(None):  # most steps: at the first try
+            patience = _Patience(self.busy_timeout)
+            while not self._begin(None):
+                await asyncio.sleep(patience.pause())
+        return self
+
+    def _begin(self, wait: float | None) -> bool:
+        """Hold the lock and the file now, or neither and say so (``wait``: for the lock)."""
+        if not (self.lock.acquire(timeout=wait) if wait else self.lock.acquire(blocking=False)):
+            return False  # another thread's step holds it
+        try:
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                if not _busy(error):
+                    raise
+                self.lock.release()
+                return False
+            self.began = _clock.store_now()
+            if self.noted:
+                _give_back_held_time(self.db)
+        except BaseException:
+            # Whatever failed once BEGIN went through (an interrupt, a full disk),
+            # the transaction ends here: left open, every later step would fail.
+            try:
+                _rollback(self.db)
+            finally:
+                self.lock.release()
+            raise
+        return True
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            if exc_type is None:
+                self._commit()
+            else:
+                _rollback(self.db)
+        finally:
+            self.lock.release()
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def _commit(self) -> None:
+        try:
+            if self.noted:
+                ended = _clock.store_now()
+                self.db.execute("UPDATE held SET began = ?, ended = ?", (self.began, ended))
+            self.db.execute("COMMIT")
+        except BaseException:
+            _rollback(self.db)
+            raise
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    # SQLite may have rolled back already (a full disk, an I/O error): a second
+    # ROLLBACK would raise and hide the error that did it.
+    if db.in_transaction:
+        db.execute("ROLLBACK")
+
+
+def _give_back_held_time(db: sqlite3.Connection) -> None:
+    row = db.execute("SELECT began, ended FROM held").fetchone()
+    if row is not None and row[1] - row[0] > HOLD_GRACE:
+        # The last transaction held the file from `began` to `ended`: a lease live
+        # at `began` could not be renewed for that long. (It is applied once: this
+        # transaction notes its own times over it.)
+        db.execute(
+            "UPDATE jobs SET lease = lease + ? WHERE state = 1 AND lease >= ?",
+            (row[1] - row[0], row[0]),
+        )
