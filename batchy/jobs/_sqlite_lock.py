@@ -9,7 +9,10 @@ is 0): the holder may be a coroutine of this very event loop, awaiting
 something before it commits, and a loop blocked in the busy handler would wait
 for a commit that cannot come until ``busy_timeout`` ran out, stalling every
 other task meanwhile. So a step tries, and waits between tries, without the
-lock: on the loop with ``asyncio.sleep``, in a thread with ``time.sleep``.
+lock: on the loop with ``asyncio.sleep``, in a thread with ``time.sleep``. The
+lock itself is waited for, on the loop too: its holder runs one step that
+never waits, and a loop that only tried it would lose every time to a thread
+pushing job after job.
 """
 
 from __future__ import annotations
@@ -58,17 +61,18 @@ class _Patience:
         self.deadline = time.monotonic() + busy_timeout
         self._pause = _FIRST_PAUSE
 
-    def left(self) -> float:
-        return max(0.0, self.deadline - time.monotonic())
-
     def pause(self) -> float:
         """The next pause; :class:`sqlite3.OperationalError` once the time is up."""
         if time.monotonic() >= self.deadline:
-            raise sqlite3.OperationalError(
+            error = sqlite3.OperationalError(
                 f"database is locked: another connection held the jobs file for "
                 f"busy_timeout={self.busy_timeout}s (a long transaction of your own "
                 "connection, or of another process)"
             )
+            # As SQLite's own "locked" error says it, for code that checks.
+            error.sqlite_errorcode = sqlite3.SQLITE_BUSY
+            error.sqlite_errorname = "SQLITE_BUSY"
+            raise error
         pause, self._pause = self._pause, min(self._pause * 2, _LAST_PAUSE)
         return pause
 
@@ -83,14 +87,12 @@ async def read(lock: threading.RLock, busy_timeout: float, fn: Callable[[], T]) 
     connection recovers it after a crash: then it waits between tries."""
     patience: _Patience | None = None
     while True:
-        if lock.acquire(blocking=False):
+        with lock:  # held by another thread only for a step that never waits
             try:
                 return fn()
             except sqlite3.OperationalError as error:
                 if not _busy(error):
                     raise
-            finally:
-                lock.release()
         patience = patience or _Patience(busy_timeout)
         await asyncio.sleep(patience.pause())
 
@@ -126,25 +128,27 @@ class Transaction:
         self.began = 0.0
 
     def __enter__(self) -> Transaction:
-        # A thread waits its turn at the lock (in arrival order, fairly); the
-        # loop never does, below.
-        if not self._begin(self.busy_timeout):
+        if not self._begin():  # most steps: at the first try
             patience = _Patience(self.busy_timeout)
-            while not self._begin(patience.left()):
+            while not self._begin():
                 time.sleep(patience.pause())
         return self
 
     async def __aenter__(self) -> Transaction:
-        if not self._begin(None):  # most steps: at the first try
+        if not self._begin():
             patience = _Patience(self.busy_timeout)
-            while not self._begin(None):
+            while not self._begin():
                 await asyncio.sleep(patience.pause())
         return self
 
-    def _begin(self, wait: float | None) -> bool:
-        """Hold the lock and the file now, or neither and say so (``wait``: for the lock)."""
-        if not (self.lock.acquire(timeout=wait) if wait else self.lock.acquire(blocking=False)):
-            return False  # another thread's step holds it
+    def _begin(self) -> bool:
+        """Hold the lock and the file now, or neither and say so.
+
+        The lock is waited for: whoever holds it runs one step that never
+        waits (the file is waited for without it), so the wait is short, and
+        the loop is not starved by threads that take it back at once.
+        """
+        self.lock.acquire()
         try:
             try:
                 self.db.execute("BEGIN IMMEDIATE")

@@ -184,3 +184,42 @@ def test_an_app_connection_with_no_transaction_open_reads_each_head_inside_its_o
     heads = app.execute("SELECT id FROM jobs WHERE okey = 'acct-7' AND state = 0").fetchall()
     assert len(heads) == 1, heads  # two heads: the key's jobs would run at once
     app.close()
+
+
+@pytest.mark.parametrize("busy_timeout", [0.0, 0.5])
+async def test_threads_pushing_job_after_job_never_starve_the_loop(
+    tmp_path: Path, busy_timeout: float
+) -> None:
+    import threading
+
+    store = SQLiteBackend(tmp_path / "jobs.db", busy_timeout=busy_timeout)
+    stop, failures = threading.Event(), []
+
+    def pusher(name: str) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                _push(store, f"{name}-{n}")
+            except sqlite3.OperationalError as error:  # the store's own lock is no held file
+                failures.append(error)
+
+    threads = [threading.Thread(target=pusher, args=(f"t{i}",)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    worst, calls = 0.0, 0
+    try:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            began = time.monotonic()
+            await store.status("t0-1", time.time())  # a read on the loop
+            await store.cycle([], ["q"], 5, "w", 30.0, time.time())  # a step on the loop
+            worst, calls = max(worst, time.monotonic() - began), calls + 1
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert failures == []
+    # It tried the lock and slept, and the threads took it back every time: 4 calls
+    # in 12 s, and cycles that ran out of busy_timeout.
+    assert calls > 20 and worst < 0.25, (calls, worst)
