@@ -20,7 +20,7 @@ from __future__ import annotations
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 6
+VERSION = 7
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -40,15 +40,20 @@ _CYCLE = """
 -- p_outcomes is a JSON array of [kind, id, token, queue, payload, offset, result,
 -- keep, reason, traceback]: one parameter the client writes in one C call, where
 -- ten text arrays cost it more than the rest of a no-op job.
+-- ('w', id) rows: outcomes not applied yet, their ordering key being held by a
+-- push whose transaction is still open (an application's); the caller sends them
+-- again. With p_wait (a worker's last hand-in) the cycle waits for such keys.
 CREATE OR REPLACE FUNCTION {s}.cycle(
   p_outcomes jsonb, p_queues text[], p_limit int, p_worker text, p_lease float8,
-  p_dead_max int, p_dead_age float8, p_prune int
+  p_dead_max int, p_dead_age float8, p_prune int, p_wait boolean
 ) RETURNS TABLE (kind text, id text, queue text, payload text, token text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
   t float8 := {s}.clock();
   o_ids text[];
+  later text[] := ARRAY[]::text[];
+  busy text[];
   applied text[];
   gone text[];
   buried int;
@@ -68,14 +73,25 @@ BEGIN
     -- Keys of the jobs that may leave, locked before they leave (see lock_keys);
     -- no look-up at all while no job has a key: min() is one probe of the partial
     -- index whatever the statistics say (EXISTS may scan the table for none).
+    -- A key held by an open transaction (a push in an application's transaction
+    -- holds it until that ends) is not waited for: the rest of the turn goes on.
     IF (SELECT min(j.okey) FROM {s}.jobs j) IS NOT NULL THEN
-      PERFORM {s}.lock_keys(ARRAY(
-        SELECT j.okey FROM {s}.jobs j WHERE j.id = ANY(o_ids) AND j.okey IS NOT NULL));
+      busy := ARRAY(SELECT j.okey FROM {s}.jobs j WHERE j.id = ANY(o_ids) AND j.okey IS NOT NULL);
+      IF p_wait THEN
+        PERFORM set_config('lock_timeout', '10s', true);  -- not for ever: see forget_worker
+        PERFORM {s}.lock_keys(busy);
+      ELSE
+        busy := {s}.try_lock_keys(busy);
+        IF cardinality(busy) > 0 THEN
+          later := ARRAY(SELECT j.id FROM {s}.jobs j
+                         WHERE j.id = ANY(o_ids) AND j.okey = ANY(busy));
+        END IF;
+      END IF;
     END IF;
     WITH o AS (SELECT e->>0 AS kind, e->>1 AS id, e->>2 AS token, e->>3 AS queue,
                       e->>4 AS payload, (e->>5)::float8 AS off, e->>6 AS result,
                       (e->>7)::float8 AS keep, e->>8 AS reason, e->>9 AS tb
-               FROM jsonb_array_elements(p_outcomes) e),
+               FROM jsonb_array_elements(p_outcomes) e WHERE NOT (e->>1) = ANY(later)),
     done AS (
       DELETE FROM {s}.jobs j USING o
       WHERE o.kind = 'done' AND j.id = o.id AND j.token = o.token AND j.state = 1
@@ -116,7 +132,8 @@ BEGIN
     -- A retry sets a new due time and a release makes a job ready: wake its queue.
     FOREACH q IN ARRAY woke LOOP PERFORM {s}.wake(q, true); END LOOP;
     RETURN QUERY SELECT 'r'::text, x, NULL::text, NULL::text, NULL::text FROM unnest(o_ids) x
-      WHERE NOT x = ANY(applied);
+      WHERE NOT x = ANY(applied) AND NOT x = ANY(later);
+    RETURN QUERY SELECT 'w'::text, x, NULL::text, NULL::text, NULL::text FROM unnest(later) x;
     IF buried > 0 THEN
       DELETE FROM {s}.dead WHERE died < t - p_dead_age;
       DELETE FROM {s}.dead d WHERE d.id IN (
@@ -213,6 +230,26 @@ ALTER TABLE {s}.results ADD COLUMN IF NOT EXISTS queue text,
 _JSON_OUTCOMES = """
 DROP FUNCTION IF EXISTS {s}.cycle(text[], text[], text[], text[], text[], float8[], text[],
   float8[], text[], text[], text[], int, text, float8, int, float8, int);
+"""
+
+# Version 7: a cycle does not wait for an ordering key held by an open
+# transaction (try_lock_keys; 'w' rows), except a worker's last (p_wait).
+_TRY_LOCKS = """
+DROP FUNCTION IF EXISTS {s}.cycle(jsonb, text[], int, text, float8, int, float8, int);
+-- The keys of p_keys that could not be locked now (each one taken is held until
+-- the transaction ends, as lock_keys'; none is waited for, so none can deadlock).
+CREATE OR REPLACE FUNCTION {s}.try_lock_keys(p_keys text[]) RETURNS text[]
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  k text;
+  busy text[] := ARRAY[]::text[];
+BEGIN
+  FOR k IN SELECT DISTINCT x FROM unnest(p_keys) x WHERE x IS NOT NULL ORDER BY x LOOP
+    IF NOT pg_try_advisory_xact_lock({space}, hashtext(k)) THEN busy := busy || k; END IF;
+  END LOOP;
+  RETURN busy;
+END $$;
 """
 
 #: The current schema: tables, indexes and the step functions.
@@ -325,6 +362,7 @@ BEGIN
   RETURN pushed;
 END $$;
 
+{_TRY_LOCKS}
 {_CYCLE}
 -- Renew the leases still held; return the ids that were not.
 CREATE FUNCTION {{s}}.heartbeat(
@@ -389,4 +427,5 @@ MIGRATIONS: dict[int, str] = {
     3: _RUNS,
     4: _DONE_JOBS + _CYCLE,
     5: _JSON_OUTCOMES + _CYCLE,
+    6: _TRY_LOCKS + _CYCLE,
 }

@@ -118,7 +118,7 @@ async def test_the_schema_is_versioned_made_once_and_refuses_a_newer_one(
     await again.close()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         version = f'SELECT version FROM "{postgres_schema}".version'
-        assert conn.execute(version).fetchall() == [(6,)]
+        assert conn.execute(version).fetchall() == [(7,)]
         conn.execute(f'UPDATE "{postgres_schema}".version SET version = 99')
     newer = PostgresBackend(postgres_dsn, schema=postgres_schema)
     with pytest.raises(SchemaVersionError, match="of version 99, newer than this release"):
@@ -167,7 +167,7 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
     await again.migrate()
     await again.close()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        assert conn.execute(f"SELECT version FROM {schema}.version").fetchall() == [(6,)]
+        assert conn.execute(f"SELECT version FROM {schema}.version").fetchall() == [(7,)]
         steps = conn.execute(
             "SELECT pg_get_function_identity_arguments(p.oid) FROM pg_proc p "
             "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s "

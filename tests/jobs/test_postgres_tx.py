@@ -299,3 +299,80 @@ async def test_a_new_queue_in_an_open_transaction_does_not_hold_up_other_enqueue
         assert pushed == [True]
         await conn.rollback()
     assert await _count(store) == 1
+
+
+# -- an open transaction that holds an ordering key stalls no worker ------------------
+
+
+async def _keyed_scenario(
+    store: PostgresBackend, postgres_dsn: str, *, hold: float, stop_while_held: bool
+) -> tuple[list[tuple[str, int, float]], float]:
+    """A key's head runs while an app transaction enqueues the key's next job and stays
+    open ``hold`` seconds; unkeyed jobs are enqueued meanwhile. What ran, and when."""
+    queue = Queue(store)
+    ran: list[tuple[str, int, float]] = []
+
+    @queue.job(name="head")
+    async def head(i: int) -> None:
+        await asyncio.sleep(0.2)
+        ran.append(("head", i, time.monotonic()))
+
+    @queue.job(name="plain")
+    async def plain(i: int) -> None:
+        ran.append(("plain", i, time.monotonic()))
+
+    worker = Worker(queue, concurrency=10, poll_interval=0.05, lease=1.0)
+    task = asyncio.create_task(worker.run())
+    await head.options(key="acct").enqueue(1)
+    await asyncio.sleep(0.05)  # it runs
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        async with conn.transaction():
+            await head.options(key="acct", connection=conn).enqueue(2)
+            began = time.monotonic()
+            for i in range(4):
+                await plain.enqueue(i)
+                await asyncio.sleep(hold / 4)
+            if stop_while_held:
+                worker.stop()  # its last hand-in waits for the key
+                await asyncio.sleep(0.2)
+                assert not task.done()
+        committed = time.monotonic()
+    if stop_while_held:
+        await asyncio.wait_for(task, 5)
+    else:
+        deadline = time.monotonic() + 5
+        while len([r for r in ran if r[0] == "head"]) < 2:
+            assert time.monotonic() < deadline, ran
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await task
+    plains = [t - began for kind, _, t in ran if kind == "plain"]
+    return [(k, i, t - committed) for k, i, t in ran], max(plains) if plains else 0.0
+
+
+async def test_an_open_transaction_holding_a_key_stalls_no_worker(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    # Held 2 s, twice the lease: the head's outcome waits that long, renewed.
+    ran, last_plain = await _keyed_scenario(store, postgres_dsn, hold=2.0, stop_while_held=False)
+    # The unkeyed jobs ran as they came, while the transaction was open: the
+    # worker finishing the key's head waited for it with its whole turn, and
+    # all four ran after the commit.
+    assert [i for k, i, _ in ran if k == "plain"] == [0, 1, 2, 3]
+    assert last_plain < 2.0, ran
+    assert all(t < 0 for k, _, t in ran if k == "plain"), ran
+    # The key's jobs ran once each, in order, the second after the commit.
+    assert [(k, i) for k, i, _ in ran if k == "head"] == [("head", 1), ("head", 2)]
+    assert next(t for k, i, t in ran if (k, i) == ("head", 2)) > 0
+    statuses = await store.info(time.time())
+    assert statuses.dead == 0
+
+
+async def test_a_worker_stopping_while_a_key_is_held_hands_in_its_outcome_after_all(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    ran, _ = await _keyed_scenario(store, postgres_dsn, hold=0.8, stop_while_held=True)
+    assert [(k, i) for k, i, _ in ran if k == "head"] == [("head", 1)]
+    counts = await store.info(time.time())
+    # Head 1 is done (not back on the queue for a second run); head 2 waits its turn.
+    assert (counts.queues[0].name, counts.queues[0].size) == ("default", 1)
