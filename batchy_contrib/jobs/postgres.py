@@ -38,6 +38,7 @@ import contextlib
 import logging
 import math
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -344,7 +345,8 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
             # for their keys now (up to the cycle's 10 s lock_timeout), or their
             # jobs run again once their leases run out.
             try:
-                await self.cycle([], [], 0, worker_id, 0.0, 0.0)
+                # (now: a kept retry's due time is sent as an offset from it)
+                await self.cycle([], [], 0, worker_id, 0.0, time.time())
             except psycopg.errors.LockNotAvailable:
                 log.warning(
                     "worker %s stopped with %d outcome(s) whose ordering key an open "

@@ -376,3 +376,32 @@ async def test_a_worker_stopping_while_a_key_is_held_hands_in_its_outcome_after_
     counts = await store.info(time.time())
     # Head 1 is done (not back on the queue for a second run); head 2 waits its turn.
     assert (counts.queues[0].name, counts.queues[0].size) == ("default", 1)
+
+
+async def test_a_retry_kept_while_its_key_is_held_keeps_its_due_time(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    queue = Queue(store)
+
+    @queue.job(name="flaky", retries=3, backoff=lambda n, error: 5.0)
+    async def flaky(i: int) -> None:
+        await asyncio.sleep(0.2)
+        raise RuntimeError("not yet")
+
+    worker = Worker(queue, concurrency=2, poll_interval=0.05)
+    task = asyncio.create_task(worker.run())
+    first = await flaky.options(key="acct").enqueue(1)
+    await asyncio.sleep(0.05)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        async with conn.transaction():
+            await flaky.options(key="acct", connection=conn).enqueue(2)
+            await asyncio.sleep(0.4)  # the retry outcome is put off meanwhile
+            worker.stop()  # so its last hand-in sends it
+            await asyncio.sleep(0.1)
+    await asyncio.wait_for(task, 5)
+    rows = await store._all(
+        store.names.sql("SELECT due - {s}.clock() FROM {s}.jobs WHERE id = %s"), (first.id,)
+    )
+    # Due in the backoff's 5 s, on the store's clock (not decades away).
+    assert 0 < rows[0][0] < 6, rows
+    assert (await first.status()).state == "retrying"
