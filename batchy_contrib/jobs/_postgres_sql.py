@@ -42,7 +42,9 @@ _CYCLE = """
 -- ten text arrays cost it more than the rest of a no-op job.
 -- ('w', id) rows: outcomes not applied yet, their ordering key being held by a
 -- push whose transaction is still open (an application's); the caller sends them
--- again. With p_wait (a worker's last hand-in) the cycle waits for such keys.
+-- again (see _postgres_later) with p_wait: then the cycle waits for such keys in
+-- the lock's fair queue (a key that open transactions hold one after another
+-- would never be free at a try).
 CREATE OR REPLACE FUNCTION {s}.cycle(
   p_outcomes jsonb, p_queues text[], p_limit int, p_worker text, p_lease float8,
   p_dead_max int, p_dead_age float8, p_prune int, p_wait boolean
@@ -78,7 +80,6 @@ BEGIN
     IF (SELECT min(j.okey) FROM {s}.jobs j) IS NOT NULL THEN
       busy := ARRAY(SELECT j.okey FROM {s}.jobs j WHERE j.id = ANY(o_ids) AND j.okey IS NOT NULL);
       IF p_wait THEN
-        PERFORM set_config('lock_timeout', '10s', true);  -- not for ever: see forget_worker
         PERFORM {s}.lock_keys(busy);
       ELSE
         busy := {s}.try_lock_keys(busy);
@@ -232,8 +233,8 @@ DROP FUNCTION IF EXISTS {s}.cycle(text[], text[], text[], text[], text[], float8
   float8[], text[], text[], text[], int, text, float8, int, float8, int);
 """
 
-# Version 7: a cycle does not wait for an ordering key held by an open
-# transaction (try_lock_keys; 'w' rows), except a worker's last (p_wait).
+# Version 7: a cycle need not wait for an ordering key held by an open
+# transaction (try_lock_keys; 'w' rows; p_wait says when it does).
 _TRY_LOCKS = """
 DROP FUNCTION IF EXISTS {s}.cycle(jsonb, text[], int, text, float8, int, float8, int);
 -- The keys of p_keys that could not be locked now (each one taken is held until

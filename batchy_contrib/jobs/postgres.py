@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import threading
 import time
@@ -63,19 +62,14 @@ from . import _postgres_counts as _counts
 from . import _postgres_read as _read
 from . import _postgres_runs as _runs
 from ._postgres_admin import PostgresOperating
+from ._postgres_later import PutOff
 from ._postgres_listen import Listener
 from ._postgres_push import PUSH, PostgresPushing
 from ._postgres_schema import Names, SchemaVersionError, ensure_async
 
 __all__ = ["PostgresBackend", "SchemaVersionError"]
 
-log = logging.getLogger("batchy.jobs")
-
 _CYCLE = "SELECT * FROM {s}.cycle(%s::jsonb, %s::text[], %s, %s, %s, %s, %s, %s, %s)"
-
-# How often an idle worker's outcomes put off by the server (their ordering key
-# held by an open transaction) are tried again.
-_LATER_EVERY = 0.05
 
 _dumps = JSONSerializer().dumps  # compact, no NaN: as the payloads
 
@@ -148,7 +142,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         self._schema_ready = False
         self._database: str | None = None  # the database's name, once connected
         self._queues: set[str] = set()  # queue names noted by this process
-        self._later: dict[str, list[Outcome]] = {}  # worker -> outcomes the server put off
+        self._put_off = PutOff(self._hand_in)  # outcomes whose key a transaction held
         self._sql = {"push": self.names.sql(PUSH), "cycle": self.names.sql(_CYCLE)}
 
     def __repr__(self) -> str:
@@ -236,9 +230,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         lease: float,
         now: float,
     ) -> Claims:
-        # Outcomes the server put off (their key held by an open transaction) go
-        # again; the worker settled them, so this store renews their leases.
-        given = [*self._later.get(worker, ()), *self.screen_outcomes(outcomes)]
+        given = self.screen_outcomes(outcomes)
         loop = asyncio.get_running_loop()
         prune = 0
         if loop.time() - self._pruned >= self.prune_every:
@@ -252,7 +244,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
             self.dead_max,
             self.dead_max_age,
             prune,
-            not queues and limit == 0,  # a worker's last hand-in: nothing would send it again
+            False,  # a key held by an open transaction puts its outcomes off (_put_off)
         )
         # One process's cycles go to the server one at a time, in call order (as
         # over the Redis store's one connection): whoever asks first claims first,
@@ -267,24 +259,37 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         claims.cancel = [(i, t) for kind, i, _, _, t in rows if kind == "x"]
         later = {i for kind, i, _, _, _ in rows if kind == "w"}
         if later:
-            self._later[worker] = [o for o in given if o.id in later]
-        else:
-            self._later.pop(worker, None)
+            self._put_off.add(worker, [o for o in given if o.id in later])
         return claims
+
+    async def _hand_in(self, worker: str, outcomes: list[Outcome]) -> None:
+        """Put-off outcomes in, waiting for their keys (p_wait), claiming nothing.
+
+        Outside the process's turn order: it claims nothing, and may wait."""
+        text = _outcomes_json(outcomes, time.time())
+        params: tuple[object, ...] = (
+            text,
+            [],
+            0,
+            worker,
+            0.0,
+            self.dead_max,
+            self.dead_max_age,
+            0,
+            True,
+        )
+        await self._all(self._sql["cycle"], params)
 
     async def heartbeat(
         self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float
     ) -> list[str]:
-        later = self._later.get(worker.id, [])
-        claims = [*held, *((o.id, o.token) for o in later)]
+        claims = [*held, *self._put_off.claims(worker.id)]
         rows = await self._all(
             self.names.sql("SELECT * FROM {s}.heartbeat(%s, %s, %s, %s::text[], %s::text[])"),
             (worker.id, worker.to_json(), lease, [i for i, _ in claims], [t for _, t in claims]),
         )
         lost = {r[0] for r in rows}
-        if later and self._later.get(worker.id):
-            # A put-off outcome whose lease moved on would be refused: drop it.
-            self._later[worker.id] = [o for o in self._later[worker.id] if o.id not in lost]
+        self._put_off.lost(worker.id, list(lost))
         return [i for i, _ in held if i in lost]
 
     async def save_progress(
@@ -315,8 +320,6 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         return listener
 
     async def wait_for_work(self, worker: str, queues: Sequence[str], timeout: float) -> None:
-        if self._later.get(worker):
-            timeout = min(timeout, _LATER_EVERY)  # try the put-off outcomes again soon
         listener = await self._listening()
         if listener.take(queues):
             return  # news that came while this worker was busy: look now
@@ -340,20 +343,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
 
     async def forget_worker(self, worker_id: str) -> None:
         self._due.pop(worker_id, None)
-        if self._later.get(worker_id):
-            # Outcomes the server put off, and nothing would send them again: wait
-            # for their keys now (up to the cycle's 10 s lock_timeout), or their
-            # jobs run again once their leases run out.
-            try:
-                # (now: a kept retry's due time is sent as an offset from it)
-                await self.cycle([], [], 0, worker_id, 0.0, time.time())
-            except psycopg.errors.LockNotAvailable:
-                log.warning(
-                    "worker %s stopped with %d outcome(s) whose ordering key an open "
-                    "transaction held for 10 s; their jobs run again after their lease",
-                    worker_id, len(self._later[worker_id]),
-                )  # fmt: skip
-            self._later.pop(worker_id, None)
+        await self._put_off.settle(worker_id)  # its last outcomes: in before it goes
         await self._one(
             self.names.sql("DELETE FROM {s}.workers WHERE id = %s RETURNING 1"), (worker_id,)
         )

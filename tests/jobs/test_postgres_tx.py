@@ -405,3 +405,78 @@ async def test_a_retry_kept_while_its_key_is_held_keeps_its_due_time(
     # Due in the backoff's 5 s, on the store's clock (not decades away).
     assert 0 < rows[0][0] < 6, rows
     assert (await first.status()).state == "retrying"
+
+
+async def test_a_key_that_open_transactions_hold_one_after_another_keeps_running(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    queue = Queue(store)
+    ran: list[int] = []
+
+    @queue.job(name="step")
+    async def step(i: int) -> None:
+        ran.append(i)
+
+    worker = Worker(queue, concurrency=4, poll_interval=0.05)
+    task = asyncio.create_task(worker.run())
+    stop = asyncio.Event()
+
+    async def app(offset: float, first: int) -> None:
+        # Transactions of ~0.1 s, two connections overlapping: the key is never free.
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+            await asyncio.sleep(offset)
+            i = first
+            while not stop.is_set():
+                async with conn.transaction():
+                    await step.options(key="K", connection=conn).enqueue(i)
+                    await asyncio.sleep(0.1)
+                i += 2
+
+    apps = [asyncio.create_task(app(0.0, 0)), asyncio.create_task(app(0.05, 1))]
+    await asyncio.sleep(3.0)
+    stop.set()
+    await asyncio.gather(*apps)
+    worker.stop()
+    await task
+    # With only tries at the key, 1 job ran in 4 s (the key is never free at a
+    # try); handed in from the lock's queue, about one per transaction.
+    assert len(ran) >= 5, ran
+
+
+async def test_a_worker_waiting_to_hand_in_as_it_stops_holds_up_no_other_worker(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    first, second = Queue(store), Queue(store)  # two workers on one store object
+    ran: list[tuple[str, int, float]] = []
+
+    @first.job(name="head", queue="a")
+    async def head(i: int) -> None:
+        await asyncio.sleep(0.2)
+        ran.append(("head", i, time.monotonic()))
+
+    @second.job(name="plain", queue="b")
+    async def plain(i: int) -> None:
+        ran.append(("plain", i, time.monotonic()))
+
+    a = Worker(first, concurrency=2, poll_interval=0.05)
+    b = Worker(second, concurrency=2, poll_interval=0.05)
+    tasks = [asyncio.create_task(a.run()), asyncio.create_task(b.run())]
+    await head.options(key="K").enqueue(1)
+    await asyncio.sleep(0.05)
+    enqueued: dict[int, float] = {}
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        async with conn.transaction():
+            await head.options(key="K", connection=conn).enqueue(2)
+            await asyncio.sleep(0.4)  # head 1's outcome is put off
+            a.stop()  # a waits for the key before it goes
+            for i in range(4):
+                enqueued[i] = time.monotonic()
+                await plain.enqueue(i)
+                await asyncio.sleep(0.25)
+            assert not tasks[0].done()
+    await asyncio.wait_for(tasks[0], 5)
+    b.stop()
+    await tasks[1]
+    lags = [t - enqueued[i] for kind, i, t in ran if kind == "plain"]
+    assert len(lags) == 4 and max(lags) < 0.2, lags  # b went on meanwhile
+    assert [i for kind, i, _ in ran if kind == "head"] == [1]

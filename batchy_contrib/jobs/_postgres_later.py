@@ -1,0 +1,90 @@
+"""Outcomes the PostgreSQL store's cycle put off: handed in again by tasks of their own.
+
+A job's outcome that ends its ordering key's head (done or dead) needs the
+key's lock, which a push holds until its transaction ends; pushed inside an
+application's transaction (``connection=``), that may be a while. The worker's
+turn does not wait for it: the cycle only tries such locks and returns the
+outcomes it could not apply. Each batch of them is then handed in by a task
+that waits for the keys in the lock's fair queue, as the key's next push does,
+so the key goes on at the pace of its transactions and the worker's turns go
+on meanwhile. Until then their leases are renewed with the worker's heartbeat
+(the worker itself settled them); one whose lease was lost is dropped, as the
+store would refuse it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from batchy.jobs import Outcome
+
+__all__ = ["PutOff"]
+
+log = logging.getLogger("batchy.jobs")
+
+# A hand-in that fails (the store went away) is tried this many times, a little
+# later each time; then its jobs run again once their leases run out.
+_TRIES = 5
+
+
+class PutOff:
+    """The put-off outcomes of each worker of one store, and the tasks handing them in."""
+
+    def __init__(self, hand_in: Callable[[str, list[Outcome]], Awaitable[object]]) -> None:
+        self._hand_in = hand_in  # (worker, outcomes): one cycle that waits for their keys
+        self._held: dict[str, list[Outcome]] = {}
+        self._tasks: dict[str, set[asyncio.Future[None]]] = {}
+
+    def add(self, worker: str, outcomes: list[Outcome]) -> None:
+        """Hand ``outcomes`` in as soon as their keys are free, off the worker's turn."""
+        self._held.setdefault(worker, []).extend(outcomes)
+        task = asyncio.ensure_future(self._run(worker, outcomes))
+        tasks = self._tasks.setdefault(worker, set())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def claims(self, worker: str) -> list[tuple[str, str]]:
+        """``(id, token)`` of the worker's put-off outcomes: their leases to renew."""
+        return [(o.id, o.token) for o in self._held.get(worker, ())]
+
+    def lost(self, worker: str, ids: Sequence[str]) -> None:
+        """Their leases moved on: the store would refuse them now."""
+        held = self._held.get(worker)
+        if held:
+            gone = set(ids)
+            self._held[worker] = [o for o in held if o.id not in gone]
+
+    async def settle(self, worker: str) -> None:
+        """Wait until the worker's put-off outcomes are in (it stops)."""
+        tasks = list(self._tasks.get(worker, ()))
+        if tasks:
+            await asyncio.wait(tasks)
+        self._held.pop(worker, None)
+        self._tasks.pop(worker, None)
+
+    async def _run(self, worker: str, outcomes: list[Outcome]) -> None:
+        try:
+            for attempt in range(_TRIES):
+                # Only the ones still held: a lost lease's outcome would be refused.
+                left = [o for o in outcomes if o in self._held.get(worker, ())]
+                if not left:
+                    return
+                try:
+                    await self._hand_in(worker, left)
+                    return
+                except Exception as error:
+                    if attempt == _TRIES - 1:
+                        log.warning(
+                            "worker %s: %d outcome(s) put off while their ordering key was "
+                            "held could not be handed in (%s); their jobs run again once "
+                            "their leases run out",
+                            worker, len(left), error,
+                        )  # fmt: skip
+                        return
+                    await asyncio.sleep(0.1 * 2**attempt)
+        finally:
+            held = self._held.get(worker)
+            if held is not None:
+                self._held[worker] = [o for o in held if o not in outcomes]
