@@ -82,15 +82,12 @@ class PostgresPushing:
         """Store jobs atomically; with ``connection``, inside that connection's transaction."""
         params = self._push_params(envelopes, now)
         if connection is None:
-            row = (await self._all(self._sql["push"], params))[0]
-            return list(row[0]) if row is not None else []
+            return _pushed((await self._all(self._sql["push"], params))[0])
         await self.pool()  # the schema exists before the app's transaction uses it
-        keyed = any(e.key is not None for e in envelopes)
-        async with await app_cursor(self, connection, self._database, keyed) as cursor:
+        async with await app_cursor(self, connection, self._database, _keyed(envelopes)) as cur:
             await self._add_queues(envelopes)
-            await cursor.execute(self._sql["push"], params)
-            row = await cursor.fetchone()
-        return list(row[0]) if row is not None else []
+            await cur.execute(self._sql["push"], params)
+            return _pushed(await cur.fetchone())
 
     async def _add_queues(self, envelopes: Sequence[Envelope]) -> None:
         """Note new queue names through the store's own connection, committed at once.
@@ -99,7 +96,7 @@ class PostgresPushing:
         row would be locked until that transaction ends, and every other
         enqueue to the queue would wait for it.
         """
-        new = sorted({e.queue for e in envelopes} - self._queues)
+        new = self._new_queues(envelopes)
         if new:
             async with (await self.pool()).connection() as conn:
                 await conn.execute(self.names.sql(_ADD_QUEUES), (new,))
@@ -117,18 +114,18 @@ class PostgresPushing:
         with self._sync_lock:
             own = self._sync_connection()  # also: the schema exists before the app uses it
             if connection is None:
-                row = own.execute(self._sql["push"], params).fetchone()
-                return list(row[0]) if row is not None else []
-            keyed = any(e.key is not None for e in envelopes)
-            cursor = app_cursor_sync(self, connection, self._database, keyed)
-            new = sorted({e.queue for e in envelopes} - self._queues)
+                return _pushed(own.execute(self._sql["push"], params).fetchone())
+            cursor = app_cursor_sync(self, connection, self._database, _keyed(envelopes))
+            new = self._new_queues(envelopes)
             if new:  # as _add_queues
                 own.execute(self.names.sql(_ADD_QUEUES), (new,))
                 self._queues.update(new)
         with cursor:
             cursor.execute(self._sql["push"], params)
-            row = cursor.fetchone()
-        return list(row[0]) if row is not None else []
+            return _pushed(cursor.fetchone())
+
+    def _new_queues(self, envelopes: Sequence[Envelope]) -> list[str]:
+        return sorted({e.queue for e in envelopes} - self._queues)
 
     def _sync_connection(self) -> psycopg.Connection[Any]:
         """The blocking connection, made on first use (call it holding ``_sync_lock``)."""
@@ -139,6 +136,14 @@ class PostgresPushing:
                 ensure_sync(self._sync, self.names)
                 self._schema_ready = True
         return self._sync
+
+
+def _pushed(row: Any) -> list[bool]:
+    return list(row[0]) if row is not None else []
+
+
+def _keyed(envelopes: Sequence[Envelope]) -> bool:
+    return any(e.key is not None for e in envelopes)
 
 
 async def app_cursor(
