@@ -64,6 +64,13 @@ class PutOff:
         self._held.pop(worker, None)
         self._tasks.pop(worker, None)
 
+    def cancel(self) -> None:
+        """The store closes: hand-ins still waiting stop (their jobs run again after
+        their leases), rather than be left pending on a loop that may close."""
+        for tasks in self._tasks.values():
+            for task in tasks:
+                task.cancel()
+
     async def _run(self, worker: str, outcomes: list[Outcome]) -> None:
         try:
             for attempt in range(_TRIES):

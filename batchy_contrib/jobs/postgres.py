@@ -377,6 +377,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         return await _runs.runs(await self.pool(), self.names, name, now, keep, limit)
 
     async def close(self) -> None:
+        self._put_off.cancel()
         if self._listener is not None:
             await self._listener.close()
             self._listener = None

@@ -480,3 +480,21 @@ async def test_a_worker_waiting_to_hand_in_as_it_stops_holds_up_no_other_worker(
     lags = [t - enqueued[i] for kind, i, t in ran if kind == "plain"]
     assert len(lags) == 4 and max(lags) < 0.2, lags  # b went on meanwhile
     assert [i for kind, i, _ in ran if kind == "head"] == [1]
+
+
+async def test_closing_the_store_stops_a_hand_in_still_waiting() -> None:
+    from batchy.jobs import Outcome
+    from batchy_contrib.jobs._postgres_later import PutOff
+
+    never = asyncio.Event()
+
+    async def hand_in(worker: str, outcomes: list[Outcome]) -> None:
+        await never.wait()  # its key is never free
+
+    put_off = PutOff(hand_in)
+    put_off.add("w", [Outcome("j1", "done", token="t")])
+    assert put_off.claims("w") == [("j1", "t")]  # renewed meanwhile
+    await asyncio.sleep(0)
+    put_off.cancel()
+    await asyncio.wait_for(put_off.settle("w"), 1)  # it stopped: no task left pending
+    assert put_off.claims("w") == []
