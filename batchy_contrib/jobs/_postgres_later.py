@@ -10,6 +10,11 @@ so the key goes on at the pace of its transactions and the worker's turns go
 on meanwhile. Until then their leases are renewed with the worker's heartbeat
 (the worker itself settled them); one whose lease was lost is dropped, as the
 store would refuse it.
+
+A stopping worker waits for its put-off outcomes, but not for ever: once its
+heartbeat has stopped, their leases run out within one lease, after which the
+store would refuse them anyway. So it waits one lease, then gives them up (their
+jobs run again, as after a crash) rather than hang on a transaction that never ends.
 """
 
 from __future__ import annotations
@@ -36,10 +41,12 @@ class PutOff:
         self._hand_in = hand_in  # (worker, outcomes): one cycle that waits for their keys
         self._held: dict[str, list[Outcome]] = {}
         self._tasks: dict[str, set[asyncio.Future[None]]] = {}
+        self._lease: dict[str, float] = {}  # the worker's lease: how long settle waits
 
-    def add(self, worker: str, outcomes: list[Outcome]) -> None:
+    def add(self, worker: str, outcomes: list[Outcome], lease: float) -> None:
         """Hand ``outcomes`` in as soon as their keys are free, off the worker's turn."""
         self._held.setdefault(worker, []).extend(outcomes)
+        self._lease[worker] = lease
         task = asyncio.ensure_future(self._run(worker, outcomes))
         tasks = self._tasks.setdefault(worker, set())
         tasks.add(task)
@@ -57,12 +64,25 @@ class PutOff:
             self._held[worker] = [o for o in held if o.id not in gone]
 
     async def settle(self, worker: str) -> None:
-        """Wait until the worker's put-off outcomes are in (it stops)."""
+        """Wait until the worker's put-off outcomes are in (it stops), up to one lease."""
         tasks = list(self._tasks.get(worker, ()))
         if tasks:
-            await asyncio.wait(tasks)
+            _, late = await asyncio.wait(tasks, timeout=self._lease.get(worker, 0.0))
+            if late:
+                ids = sorted(o.id for o in self._held.get(worker, ()))
+                log.warning(
+                    "worker %s stopped with %d outcome(s) still waiting for their ordering "
+                    "key, held by a transaction that has not ended (jobs %s); their leases "
+                    "have run out, so their jobs run again once the key is free. Keep "
+                    "transactions that enqueue ordered jobs short",
+                    worker, len(ids), ", ".join(ids),
+                )  # fmt: skip
+                for task in late:
+                    task.cancel()
+                await asyncio.wait(late)
         self._held.pop(worker, None)
         self._tasks.pop(worker, None)
+        self._lease.pop(worker, None)
 
     def cancel(self) -> None:
         """The store closes: hand-ins still waiting stop (their jobs run again after

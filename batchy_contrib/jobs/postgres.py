@@ -259,7 +259,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         claims.cancel = [(i, t) for kind, i, _, _, t in rows if kind == "x"]
         later = {i for kind, i, _, _, _ in rows if kind == "w"}
         if later:
-            self._put_off.add(worker, [o for o in given if o.id in later])
+            self._put_off.add(worker, [o for o in given if o.id in later], lease)
         return claims
 
     async def _hand_in(self, worker: str, outcomes: list[Outcome]) -> None:
