@@ -25,7 +25,7 @@ from . import _clock
 from ._admin import Admin
 from ._backend import Backend
 from ._cron import Cron, Every, Schedule
-from ._errors import JobDefinitionError
+from ._errors import ConfigError, JobDefinitionError
 from ._handle import Handle
 from ._hooks import JobEvent, emit
 from ._job import JobCall, JobType, check_queue_name
@@ -227,12 +227,16 @@ class Queue:
         are written in its open transaction and exist only if it commits.
         """
         now = _clock.now()
-        envelopes = [self._envelope(call, now) for call in calls]
+        given = list(calls)
+        envelopes = [self._envelope(call, now) for call in given]
         if envelopes:
             if connection is None:  # stores of older code may not take the keyword
                 await self.backend.push(envelopes, now)
             else:
-                await self.backend.push(envelopes, now, connection=connection)
+                try:
+                    await self.backend.push(envelopes, now, connection=connection)
+                except ConfigError as error:
+                    raise _naming(error, given, envelopes) from None
         return [Handle(self, e.id, e.queue) for e in envelopes]
 
     def enqueue_many_sync(
@@ -240,12 +244,16 @@ class Queue:
     ) -> list[Handle]:
         """:meth:`enqueue_many` for code without an event loop (web views, scripts)."""
         now = _clock.now()
-        envelopes = [self._envelope(call, now) for call in calls]
+        given = list(calls)
+        envelopes = [self._envelope(call, now) for call in given]
         if envelopes:
             if connection is None:
                 self.backend.push_sync(envelopes, now)
             else:
-                self.backend.push_sync(envelopes, now, connection=connection)
+                try:
+                    self.backend.push_sync(envelopes, now, connection=connection)
+                except ConfigError as error:
+                    raise _naming(error, given, envelopes) from None
         return [Handle(self, e.id, e.queue) for e in envelopes]
 
     def _envelope(self, call: JobCall, now: float) -> Envelope:
@@ -296,3 +304,13 @@ class Queue:
     async def close(self) -> None:
         """Close the store's connections."""
         await self.backend.close()
+
+
+def _naming(error: ConfigError, calls: list[JobCall], envelopes: list[Envelope]) -> ConfigError:
+    """``error`` (a store refusing the app's connection) with the jobs it refused named."""
+    if len(calls) == 1:
+        what = f"job {calls[0].job.name!r} (id {envelopes[0].id})"
+    else:
+        names = sorted({call.job.name for call in calls})
+        what = f"{len(calls)} jobs ({', '.join(repr(n) for n in names)})"
+    return ConfigError(f"cannot enqueue {what} with connection=: {error}")

@@ -492,9 +492,72 @@ async def test_closing_the_store_stops_a_hand_in_still_waiting() -> None:
         await never.wait()  # its key is never free
 
     put_off = PutOff(hand_in)
-    put_off.add("w", [Outcome("j1", "done", token="t")])
+    put_off.add("w", [Outcome("j1", "done", token="t")], 30.0)
     assert put_off.claims("w") == [("j1", "t")]  # renewed meanwhile
     await asyncio.sleep(0)
     put_off.cancel()
     await asyncio.wait_for(put_off.settle("w"), 1)  # it stopped: no task left pending
     assert put_off.claims("w") == []
+
+
+async def test_a_worker_stopping_while_a_transaction_never_ends_stops_after_one_lease(
+    store: PostgresBackend, postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The app's transaction holds the key far longer than the worker's lease: the
+    # stopping worker used to wait for it in forget_worker, for as long as it stayed open.
+    queue = Queue(store)
+    ran: list[int] = []
+
+    @queue.job(name="head")
+    async def head(i: int) -> None:
+        await asyncio.sleep(0.1)
+        ran.append(i)
+
+    worker = Worker(queue, concurrency=2, poll_interval=0.05, lease=1.0)
+    task = asyncio.create_task(worker.run())
+    first = await head.options(key="acct").enqueue(1)
+    await asyncio.sleep(0.05)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        async with conn.transaction():
+            await head.options(key="acct", connection=conn).enqueue(2)
+            await asyncio.sleep(0.3)  # head 1's outcome is put off
+            worker.stop()
+            stopped = time.monotonic()
+            await asyncio.wait_for(asyncio.shield(task), 4)
+            took = time.monotonic() - stopped
+        assert 0.9 < took < 2.5, took  # one lease after its heartbeat stopped
+        assert first.id in caplog.text and "has not ended" in caplog.text
+    # Nothing lost: head 1 runs again (its outcome never went in), then head 2.
+    again = Worker(queue, concurrency=2, poll_interval=0.05, lease=1.0)
+    other = asyncio.create_task(again.run())
+    deadline = time.monotonic() + 6
+    while ran != [1, 1, 2]:
+        assert time.monotonic() < deadline, ran
+        await asyncio.sleep(0.05)
+    again.stop()
+    await other
+
+
+async def test_a_refused_enqueue_names_the_job(store: PostgresBackend, postgres_dsn: str) -> None:
+    queue = Queue(store)
+
+    @queue.job(name="welcome")
+    async def welcome(user: int) -> None:
+        return None
+
+    with psycopg.connect(postgres_dsn) as conn:
+        with pytest.raises(ConfigError) as error:
+            await welcome.options(connection=conn).enqueue(42)
+        shown = repr(conn)
+    head, _, rest = str(error.value).partition(") with connection=: ")
+    assert head.startswith("cannot enqueue job 'welcome' (id "), head
+    assert rest.startswith(f"{store!r}: connection={shown} is a blocking psycopg.Connection")
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        with pytest.raises(ConfigError) as error:
+            await asyncio.to_thread(
+                queue.enqueue_many_sync, [welcome.call(1), welcome.call(2)], connection=conn
+            )
+    assert str(error.value).startswith(
+        f"cannot enqueue 2 jobs ('welcome') with connection=: {store!r}: connection="
+    )
+    assert await _count(store) == 0

@@ -77,6 +77,28 @@ async def test_a_connection_to_another_file_is_refused(tmp_path: Path) -> None:
     assert f"is open on {tmp_path / 'other.db'}" in str(error.value)
 
 
+async def test_a_refused_enqueue_of_many_jobs_names_their_types(tmp_path: Path) -> None:
+    queue, _, _ = make(tmp_path / "app.db")
+
+    @queue.job(name="bill")
+    async def bill(order: int) -> None:
+        return None
+
+    other = sqlite3.connect(tmp_path / "other.db")
+    ship = queue.jobs["ship"]
+    calls = [ship.call(1), bill.call(1), ship.call(2)]
+    with pytest.raises(ConfigError) as error:
+        await queue.enqueue_many(calls, connection=other)
+    assert str(error.value).startswith(
+        f"cannot enqueue 3 jobs ('bill', 'ship') with connection=: {queue.backend!r}: "
+        f"connection={other!r} is open on {tmp_path / 'other.db'}"
+    )
+    with pytest.raises(ConfigError) as error:
+        queue.enqueue_many_sync(calls, connection=other)
+    assert str(error.value).startswith("cannot enqueue 3 jobs ('bill', 'ship') with connection=:")
+    assert (await queue.backend.info(time.time())).queues == ()
+
+
 async def test_a_store_without_a_shared_database_says_so() -> None:
     queue = Queue(MemoryBackend())
 
@@ -86,6 +108,7 @@ async def test_a_store_without_a_shared_database_says_so() -> None:
 
     with pytest.raises(ConfigError) as error:
         await noop.options(connection=object()).enqueue()
+    assert str(error.value).startswith("cannot enqueue job 'noop' (id ")
     assert "cannot enqueue inside your transaction" in str(error.value)
     assert str(error.value).endswith(
         "it does not share a database with it. Enqueue after your commit, or use a "
@@ -98,7 +121,10 @@ async def test_an_autocommit_connection_outside_a_transaction_is_refused(tmp_pat
     app = sqlite3.connect(tmp_path / "app.db", isolation_level=None)
     with pytest.raises(ConfigError) as error:
         await queue.jobs["ship"].options(connection=app).enqueue(1)
-    assert str(error.value) == (
+    # The message names the job refused, then says what is wrong and what to do.
+    head, _, rest = str(error.value).partition(") with connection=: ")
+    assert head.startswith("cannot enqueue job 'ship' (id ") and len(head) > 30, head
+    assert rest == (
         f"{queue.backend!r}: connection={app!r} is in autocommit mode with no transaction "
         "open, so the job would be committed at once, whatever your code does next; open the "
         "transaction first (`connection.execute('BEGIN')`, or a connection made without "
