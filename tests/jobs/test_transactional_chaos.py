@@ -82,14 +82,27 @@ async def run_transactions(
     ran: Ran,
     transactions: list[tuple[str, int, str | None, bool]],
     one: Callable[[list[int], str | None, str, bool], Awaitable[None]],
+    starts: list[float] | None = None,
 ) -> None:
     committed: list[tuple[int, str | None]] = []
-    for ending, n, key, dawdle in transactions:
+
+    async def transaction(ending: str, n: int, key: str | None, dawdle: bool, start: float) -> None:
         orders = [next(_ids) for _ in range(n)]
+        await asyncio.sleep(start)
         with contextlib.suppress(Declined):
             await one(orders, key, ending, dawdle)
         if ending == "commit":
-            committed += [(o, key) for o in orders]
+            # Noted as the commit returns: two transactions of one key cannot both be
+            # between their push and their commit (the push holds the key till the end).
+            committed.extend((o, key) for o in orders)
+
+    if starts is None:  # one after another
+        for ending, n, key, dawdle in transactions:
+            await transaction(ending, n, key, dawdle, 0.0)
+    else:  # all at once, each on its own connection, started a little apart
+        await asyncio.gather(
+            *(transaction(*t, start) for t, start in zip(transactions, starts, strict=False))
+        )
     deadline = time.monotonic() + 15
     while len(ran) < len(committed):
         assert time.monotonic() < deadline, (ran, committed)
@@ -117,12 +130,18 @@ async def working(queue: Queue, poll_interval: float) -> AsyncIterator[None]:
 
 
 @CHAOS
-@given(transactions=TRANSACTIONS)
+@given(
+    transactions=TRANSACTIONS,
+    # None: one after another; else each transaction's start, all running at once
+    # (those of one key then wait for each other at their push).
+    starts=st.none() | st.lists(st.floats(0, 0.02), min_size=8, max_size=8),
+)
 async def test_postgres_runs_the_committed_jobs_only_once_each_in_key_order(
     postgres_app_store: PostgresBackend,
     postgres_dsn: str,
     postgres_schema: str,
     transactions: list[tuple[str, int, str | None, bool]],
+    starts: list[float] | None,
 ) -> None:
     queue = Queue(postgres_app_store)
     ran: Ran = []
@@ -145,7 +164,7 @@ async def test_postgres_runs_the_committed_jobs_only_once_each_in_key_order(
 
     # A long poll: only the commit's notification wakes the worker in time.
     async with working(queue, poll_interval=5.0):
-        await run_transactions(queue, ran, transactions, one)
+        await run_transactions(queue, ran, transactions, one, starts)
 
 
 # -- SQLite --------------------------------------------------------------------------
