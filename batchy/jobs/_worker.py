@@ -41,6 +41,7 @@ from . import _clock
 from ._activity import Tally
 from ._ahead import Ahead
 from ._errors import ConfigError
+from ._failure import describe
 from ._fetch import fetch_order, parse_queues
 from ._hooks import JobHook, log
 from ._inflight import InFlight
@@ -325,9 +326,23 @@ class Worker:
             log.info("worker %s handing back %d unfinished job(s)", self.id, len(released))
         outcomes, self._outcomes = [*self._outcomes, *released], []
         if outcomes:
-            done = await self.queue.backend.cycle(
-                outcomes, [], 0, self.id, self.lease, _clock.now()
-            )
+            try:
+                done = await self.queue.backend.cycle(
+                    outcomes, [], 0, self.id, self.lease, _clock.now()
+                )
+            except Exception as error:
+                # A stop is not the place to fail: the jobs are not lost (their leases
+                # run out and they run again, as after a crash), so say which, and go.
+                log.error(
+                    "worker %s stopped without handing in %d outcome(s) (jobs %s): %s; "
+                    "those jobs run again once their leases run out (within %gs)",
+                    self.id,
+                    len(outcomes),
+                    ", ".join(o.id for o in outcomes),
+                    describe(error),
+                    self.lease,
+                )
+                return
             self._leases.settle(outcomes, done.refused)
 
     # -- leases and periodic jobs ----------------------------------------------------

@@ -265,3 +265,51 @@ async def test_failing_heartbeats_log_one_line_not_a_traceback_each(
     )
     assert "store back after" in up and up.endswith("(3 failed tries)")
     assert not any(r.exc_info for r in caplog.records)
+
+
+class GoneAtStop(MemoryBackend):
+    """A memory store that stops answering once the worker's last turn (it stops) comes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gone = False
+
+    async def cycle(self, outcomes, queues, limit, worker, lease, now):  # type: ignore[no-untyped-def]
+        if self.gone:
+            raise ConnectionError("connection refused")
+        return await super().cycle(outcomes, queues, limit, worker, lease, now)
+
+
+async def test_a_store_gone_at_the_last_turn_is_logged_and_the_stop_still_returns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = GoneAtStop()
+    queue = Queue(store)
+    runs: list[int] = []
+
+    @queue.job(name="slow")
+    async def slow(i: int) -> None:
+        runs.append(i)
+        await asyncio.sleep(0.2)
+
+    handle = await slow.enqueue(7)
+    worker = fast_worker(queue, lease=0.5)
+    task = asyncio.create_task(worker.run())
+    while not runs:
+        await asyncio.sleep(0.01)
+    store.gone = True
+    worker.stop()
+    with caplog.at_level(logging.ERROR, "batchy.jobs"):
+        await asyncio.wait_for(task, 5)  # returns: it used to raise ConnectionError here
+    assert any(
+        r.getMessage().startswith(f"worker {worker.id} stopped without handing in 1 outcome(s)")
+        and f"(jobs {handle.id}): ConnectionError: connection refused;" in r.getMessage()
+        and "run again once their leases run out (within 0.5s)" in r.getMessage()
+        for r in caplog.records
+    ), caplog.text
+    # Not lost: once the store answers and the lease has run out, it runs again.
+    store.gone = False
+    await asyncio.sleep(0.6)
+    await fast_worker(queue, burst=True).run()
+    assert runs == [7, 7]
+    assert (await handle.status()).state == "done"

@@ -223,3 +223,39 @@ async def test_threads_pushing_job_after_job_never_starve_the_loop(
     # It tried the lock and slept, and the threads took it back every time: 4 calls
     # in 12 s, and cycles that ran out of busy_timeout.
     assert calls > 20 and worst < 0.25, (calls, worst)
+
+
+async def test_a_worker_stopping_while_the_file_is_held_returns_and_its_job_runs_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+    import logging
+
+    from batchy.jobs import Queue, Worker
+
+    path = tmp_path / "jobs.db"
+    queue = Queue(SQLiteBackend(path, busy_timeout=0.5))
+    runs: list[int] = []
+
+    @queue.job(name="slow")
+    async def slow(i: int) -> None:
+        runs.append(i)
+        await asyncio.sleep(0.2)
+
+    await slow.enqueue(1)
+    worker = Worker(queue, poll_interval=0.05, lease=1.0, shutdown_timeout=1.0)
+    task = asyncio.create_task(worker.run())
+    while not runs:
+        await asyncio.sleep(0.01)
+    app = sqlite3.connect(path)
+    app.execute("BEGIN IMMEDIATE")  # the app holds the file through the worker's stop
+    worker.stop()
+    with caplog.at_level(logging.ERROR, "batchy.jobs"):
+        await asyncio.wait_for(task, 10)  # it used to raise "database is locked"
+    app.rollback()
+    app.close()
+    assert "stopped without handing in 1 outcome(s)" in caplog.text
+    await asyncio.sleep(1.1)  # its lease runs out
+    await Worker(queue, burst=True, poll_interval=0.05).run()
+    assert runs == [1, 1]
+    await queue.close()
