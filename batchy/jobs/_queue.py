@@ -228,15 +228,17 @@ class Queue:
         """
         now = _clock.now()
         given = list(calls)
+        connection = _joined(given, connection)
         envelopes = [self._envelope(call, now) for call in given]
         if envelopes:
-            if connection is None:  # stores of older code may not take the keyword
-                await self.backend.push(envelopes, now)
-            else:
-                try:
+            try:
+                if connection is None:  # stores of older code may not take the keyword
+                    await self.backend.push(envelopes, now)
+                else:
                     await self.backend.push(envelopes, now, connection=connection)
-                except ConfigError as error:
-                    raise _naming(error, given, envelopes) from None
+            except ConfigError as error:
+                _name_jobs(error, given, envelopes)
+                raise
         return [Handle(self, e.id, e.queue) for e in envelopes]
 
     def enqueue_many_sync(
@@ -245,15 +247,17 @@ class Queue:
         """:meth:`enqueue_many` for code without an event loop (web views, scripts)."""
         now = _clock.now()
         given = list(calls)
+        connection = _joined(given, connection)
         envelopes = [self._envelope(call, now) for call in given]
         if envelopes:
-            if connection is None:
-                self.backend.push_sync(envelopes, now)
-            else:
-                try:
+            try:
+                if connection is None:
+                    self.backend.push_sync(envelopes, now)
+                else:
                     self.backend.push_sync(envelopes, now, connection=connection)
-                except ConfigError as error:
-                    raise _naming(error, given, envelopes) from None
+            except ConfigError as error:
+                _name_jobs(error, given, envelopes)
+                raise
         return [Handle(self, e.id, e.queue) for e in envelopes]
 
     def _envelope(self, call: JobCall, now: float) -> Envelope:
@@ -306,11 +310,37 @@ class Queue:
         await self.backend.close()
 
 
-def _naming(error: ConfigError, calls: list[JobCall], envelopes: list[Envelope]) -> ConfigError:
-    """``error`` (a store refusing the app's connection) with the jobs it refused named."""
+def _jobs(calls: list[JobCall], envelopes: list[Envelope] | None = None) -> str:
     if len(calls) == 1:
-        what = f"job {calls[0].job.name!r} (id {envelopes[0].id})"
-    else:
-        names = sorted({call.job.name for call in calls})
-        what = f"{len(calls)} jobs ({', '.join(repr(n) for n in names)})"
-    return ConfigError(f"cannot enqueue {what} with connection=: {error}")
+        named = f"job {calls[0].job.name!r}"
+        return f"{named} (id {envelopes[0].id})" if envelopes else named
+    names = sorted({call.job.name for call in calls})
+    return f"{len(calls)} jobs ({', '.join(repr(n) for n in names)})"
+
+
+def _name_jobs(error: ConfigError, calls: list[JobCall], envelopes: list[Envelope]) -> None:
+    """Put the jobs a store refused at the front of ``error``'s message (its type stays)."""
+    error.args = (f"cannot enqueue {_jobs(calls, envelopes)}: {error}", *error.args[1:])
+
+
+def _joined(calls: list[JobCall], connection: Any) -> Any:
+    """The one connection whose transaction ``calls`` join (``connection=`` or their own).
+
+    A batch is all or none, so it joins one transaction or none: calls that carry
+    different connections, or some one and some none, are refused rather than
+    guessed at (a job meant to commit on its own would die with a rollback).
+    """
+    carried = [call.connection for call in calls]
+    if connection is None and all(c is None for c in carried):
+        return None
+    chosen = connection if connection is not None else next(c for c in carried if c is not None)
+    if any(c is not None and c is not chosen for c in carried) or (
+        connection is None and any(c is None for c in carried)
+    ):
+        raise ConfigError(
+            f"cannot enqueue {_jobs(calls)} together: their calls carry different "
+            "connections (options(connection=...)), or some carry one and some none, and "
+            "a batch joins one transaction or none; pass connection= to enqueue_many for "
+            "all of them, or enqueue each group on its own; nothing was enqueued"
+        )
+    return chosen

@@ -549,7 +549,7 @@ async def test_a_refused_enqueue_names_the_job(store: PostgresBackend, postgres_
         with pytest.raises(ConfigError) as error:
             await welcome.options(connection=conn).enqueue(42)
         shown = repr(conn)
-    head, _, rest = str(error.value).partition(") with connection=: ")
+    head, _, rest = str(error.value).partition("): ")
     assert head.startswith("cannot enqueue job 'welcome' (id "), head
     assert rest.startswith(f"{store!r}: connection={shown} is a blocking psycopg.Connection")
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
@@ -557,7 +557,34 @@ async def test_a_refused_enqueue_names_the_job(store: PostgresBackend, postgres_
             await asyncio.to_thread(
                 queue.enqueue_many_sync, [welcome.call(1), welcome.call(2)], connection=conn
             )
-    assert str(error.value).startswith(
-        f"cannot enqueue 2 jobs ('welcome') with connection=: {store!r}: connection="
-    )
+    assert str(error.value).startswith(f"cannot enqueue 2 jobs ('welcome'): {store!r}: connection=")
     assert await _count(store) == 0
+
+
+async def test_a_schema_of_a_newer_release_keeps_its_error_type_when_enqueued_in_a_transaction(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    from batchy_contrib.jobs.postgres import SchemaVersionError
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{postgres_schema}"')
+        admin.execute(f'CREATE TABLE "{postgres_schema}".version (version int NOT NULL)')
+        admin.execute(f'INSERT INTO "{postgres_schema}".version VALUES (99)')
+    store = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    queue = Queue(store)
+
+    @queue.job(name="welcome")
+    async def welcome(user: int) -> None:
+        return None
+
+    try:
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+            # It became a plain ConfigError that blamed connection=.
+            with pytest.raises(SchemaVersionError) as error:
+                await welcome.options(connection=conn).enqueue(1)
+        assert str(error.value).startswith("cannot enqueue job 'welcome' (id ")
+        assert "version 99" in str(error.value) and "connection=" not in str(error.value)
+        with pytest.raises(SchemaVersionError):
+            await welcome.enqueue(1)
+    finally:
+        await store.close()

@@ -90,13 +90,58 @@ async def test_a_refused_enqueue_of_many_jobs_names_their_types(tmp_path: Path) 
     with pytest.raises(ConfigError) as error:
         await queue.enqueue_many(calls, connection=other)
     assert str(error.value).startswith(
-        f"cannot enqueue 3 jobs ('bill', 'ship') with connection=: {queue.backend!r}: "
+        f"cannot enqueue 3 jobs ('bill', 'ship'): {queue.backend!r}: "
         f"connection={other!r} is open on {tmp_path / 'other.db'}"
     )
     with pytest.raises(ConfigError) as error:
         queue.enqueue_many_sync(calls, connection=other)
-    assert str(error.value).startswith("cannot enqueue 3 jobs ('bill', 'ship') with connection=:")
+    assert str(error.value).startswith("cannot enqueue 3 jobs ('bill', 'ship'): ")
     assert (await queue.backend.info(time.time())).queues == ()
+
+
+async def test_enqueue_many_joins_the_transaction_its_calls_carry(tmp_path: Path) -> None:
+    queue, seen, app = make(tmp_path / "app.db")
+    ship = queue.jobs["ship"]
+    # The calls carry the connection (options(connection=...).call): the batch
+    # joins it. It used to be enqueued on its own, and outlived the rollback.
+    (dropped,) = await queue.enqueue_many([ship.options(connection=app).call(1)])
+    app.rollback()
+    (kept,) = queue.enqueue_many_sync([ship.options(connection=app).call(2)])
+    app.execute("INSERT INTO orders VALUES (2, 'cup')")
+    app.commit()
+    assert [(await h.status()).state for h in (dropped, kept)] == ["unknown", "queued"]
+    await run_all(queue)
+    assert seen == ["cup"]
+
+
+async def test_enqueue_many_refuses_calls_that_would_join_different_transactions(
+    tmp_path: Path,
+) -> None:
+    queue, _, app = make(tmp_path / "app.db")
+    ship = queue.jobs["ship"]
+    other = sqlite3.connect(tmp_path / "app.db")
+    mixes = [
+        ([ship.options(connection=app).call(1), ship.options(connection=other).call(2)], None),
+        ([ship.options(connection=app).call(1), ship.call(2)], None),
+        ([ship.options(connection=other).call(1)], app),
+    ]
+    for calls, connection in mixes:
+        with pytest.raises(ConfigError) as error:
+            await queue.enqueue_many(calls, connection=connection)
+        what = "job 'ship'" if len(calls) == 1 else "2 jobs ('ship')"
+        assert str(error.value) == (
+            f"cannot enqueue {what} together: their calls carry different connections "
+            "(options(connection=...)), or some carry one and some none, and a batch "
+            "joins one transaction or none; pass connection= to enqueue_many for all of "
+            "them, or enqueue each group on its own; nothing was enqueued"
+        )
+        with pytest.raises(ConfigError):
+            queue.enqueue_many_sync(calls, connection=connection)
+    assert not app.in_transaction and not other.in_transaction
+    assert (await queue.backend.info(time.time())).queues == ()
+    # The same connection on the calls and the batch is one transaction: fine.
+    await queue.enqueue_many([ship.options(connection=app).call(3)], connection=app)
+    app.rollback()
 
 
 async def test_a_store_without_a_shared_database_says_so() -> None:
@@ -122,7 +167,7 @@ async def test_an_autocommit_connection_outside_a_transaction_is_refused(tmp_pat
     with pytest.raises(ConfigError) as error:
         await queue.jobs["ship"].options(connection=app).enqueue(1)
     # The message names the job refused, then says what is wrong and what to do.
-    head, _, rest = str(error.value).partition(") with connection=: ")
+    head, _, rest = str(error.value).partition("): ")
     assert head.startswith("cannot enqueue job 'ship' (id ") and len(head) > 30, head
     assert rest == (
         f"{queue.backend!r}: connection={app!r} is in autocommit mode with no transaction "
