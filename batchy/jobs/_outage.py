@@ -4,18 +4,28 @@ While the store is unreachable the worker waits longer and longer between tries
 (doubling from ``poll_interval`` up to ten poll intervals, at most 30 s, with a
 little jitter so a fleet does not come back in lockstep) and logs nothing per
 try: an hour-long outage is two lines, not thousands of tracebacks.
+
+A store that stops answering without an error (a connection dropped without a
+word, a paused server) is an outage too: :func:`within` gives each call a time
+limit, and does not wait for the call's own clean-up once it is over (a driver
+cancelling a query on a dead connection may take seconds more).
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from . import _clock
 from ._failure import describe
 from ._hooks import log
 
-__all__ = ["Outage"]
+__all__ = ["Outage", "no_answer", "pause", "within"]
+
+T = TypeVar("T")
 
 #: The longest wait between two tries, whatever the poll interval.
 MAX_BACKOFF = 30.0
@@ -69,3 +79,43 @@ class Outage:
                 self.failures,
             )
             self.failures = 0
+
+
+async def within(call: Awaitable[T], seconds: float, late: str, *, shielded: bool = False) -> T:
+    """``call``'s result, or ``TimeoutError(late)`` after ``seconds``.
+
+    Past the limit the call is cancelled and left to end on its own, unheard.
+    ``shielded``: a cancel of the caller leaves the call running (a stopping
+    worker's last words to the store), rather than cancelling it too.
+    """
+    task = asyncio.ensure_future(call)
+    try:
+        done, _ = await asyncio.wait([task], timeout=seconds)
+    except asyncio.CancelledError:
+        _abandon(task, cancel=not shielded)
+        raise
+    if not done:
+        _abandon(task, cancel=True)
+        raise TimeoutError(late)
+    return task.result()
+
+
+def _abandon(task: asyncio.Future[T], *, cancel: bool) -> None:
+    if cancel:
+        task.cancel()
+    # Whatever it ends with, nobody waits for it: retrieved, so asyncio logs nothing.
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+
+def no_answer(store: object, lease: float) -> str:
+    """What a worker's store call says when it gives up after one lease."""
+    return f"{store!r} did not answer within {lease:g}s (the worker's lease)"
+
+
+async def pause(seconds: float, halt: asyncio.Event) -> None:
+    """Wait ``seconds`` before trying a failing store again, or until ``halt`` is set."""
+    halted = asyncio.ensure_future(halt.wait())
+    try:
+        await asyncio.wait([halted], timeout=seconds)
+    finally:
+        halted.cancel()

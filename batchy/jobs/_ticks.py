@@ -6,7 +6,7 @@ them, because a tick's envelope carries a unique key (job name + tick time).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._cron import Schedule
@@ -80,12 +80,14 @@ class Ticks:
         now: float,
         announce: Callable[[Message], None],
         failed: Callable[[BaseException], object],
+        bounded: Callable[[Awaitable[list[bool]]], Awaitable[list[bool]]],
     ) -> None:
-        """Push the ticks due at ``now``: ``announce`` each one kept, ``failed`` a failed push."""
+        """Push the ticks due at ``now``: ``announce`` each one kept, ``failed`` a failed push
+        (``bounded`` gives up on a store that stopped answering)."""
         due = self.due(now)
         if due:
             try:
-                pushed = await backend.push([e for _, e in due], now)
+                pushed = await bounded(backend.push([e for _, e in due], now))
             except Exception as error:
                 failed(error)
                 return

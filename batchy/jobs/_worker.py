@@ -33,7 +33,7 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import batchy
 
@@ -41,13 +41,13 @@ from . import _clock
 from ._activity import Tally
 from ._ahead import Ahead
 from ._errors import ConfigError
-from ._failure import describe
 from ._fetch import fetch_order, parse_queues
+from ._goodbye import end_background, hand_in_last, last_word
 from ._hooks import JobHook, log
 from ._inflight import InFlight
 from ._leases import Claim, Leases
 from ._model import Claimed, Claims, Outcome, WorkerInfo, new_id
-from ._outage import Outage
+from ._outage import Outage, no_answer, pause, within
 from ._ticks import Ticks
 from ._wake import StoreWait
 
@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from ._queue import Queue
 
 __all__ = ["Worker"]
+
+T = TypeVar("T")
 
 
 class Worker:
@@ -127,6 +129,7 @@ class Worker:
         self._ahead = Ahead(prefetch)
         self._outage = Outage(self.id, poll_interval)
         self._wake: asyncio.Event | None = None
+        self._halt: asyncio.Event | None = None  # set by stop(): ends a back-off wait
         self._quiet = False
         self._stopping = False
         self._interrupts = 0
@@ -155,6 +158,8 @@ class Worker:
         self._stopping = True
         self._quiet = True
         self._poke()
+        if self._halt is not None:
+            self._halt.set()
 
     def kill(self) -> None:
         """Stop at once; unfinished jobs come back when their leases expire."""
@@ -180,6 +185,9 @@ class Worker:
         """Run until stopped (or idle, with ``burst``); ``signals`` installs the handlers."""
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._halt = asyncio.Event()
+        if self._stopping:
+            self._halt.set()
         self._main = asyncio.current_task()
         installed: list[signal.Signals] = []
         if signals:
@@ -214,16 +222,21 @@ class Worker:
             batchy.remove_hook(self._tally)
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self._running.wait(max(1.0, self.heartbeat))
-                await self._end_background(beat, self._store_wait.task)
-                await asyncio.shield(self._tally.flush(self.queue.backend))
-                await asyncio.shield(self.queue.backend.forget_worker(self.id))
+                grace = max(1.0, self.heartbeat)
+                await end_background([beat, self._store_wait.task], grace)
+                await last_word(self.id, self._tally.flush(self.queue.backend), "counters", grace)
+                # forget_worker may wait up to a lease for outcomes put off (PostgreSQL).
+                forget = self.queue.backend.forget_worker(self.id)
+                await last_word(self.id, forget, "goodbye", self.lease + self.heartbeat)
 
     async def _loop(self) -> None:
         assert self._wake is not None
         backend = self.queue.backend
         while not self._stopping:
             now = _clock.now()
-            await self._ticks.push_due(backend, now, self.queue._announce, self._outage.failed)
+            await self._ticks.push_due(
+                backend, now, self.queue._announce, self._outage.failed, self._bounded
+            )
             if self._quiet and self._ahead:
                 self._outcomes += self._ahead.hand_back(self._leases)
             # Slots, and room ahead (a cancelled job claimed ahead may have run over).
@@ -243,10 +256,11 @@ class Worker:
                     turn = asyncio.ensure_future(turn)
                     for claim, job in self._ahead.take(self.concurrency - len(self._running)):
                         self._begin(job, claim)
-                claimed = await turn
+                claimed = await self._bounded(turn)
             except Exception as error:
                 self._outcomes = outcomes + self._outcomes
-                await asyncio.sleep(self._outage.failed(error))
+                assert self._halt is not None
+                await pause(self._outage.failed(error), self._halt)
                 continue
             self._outage.ok()
             self._leases.settle(outcomes, claimed.refused)
@@ -275,6 +289,14 @@ class Worker:
             # Jobs that finish in the same batchy round wake us one after another
             # in this loop iteration: let them all land, then settle them together.
             await asyncio.sleep(0)
+
+    async def _bounded(self, call: Awaitable[T]) -> T:
+        """A store call that gives up after one lease (``TimeoutError``: an outage).
+
+        Past a lease the leases it would keep have run out anyway; and a store
+        that stopped answering must not hold the worker, or its stop, for ever.
+        """
+        return await within(call, self.lease, no_answer(self.queue.backend, self.lease))
 
     async def _idle(self) -> None:
         """Until a job finishes, the store has work, a periodic tick is due, or a poll."""
@@ -326,24 +348,7 @@ class Worker:
             log.info("worker %s handing back %d unfinished job(s)", self.id, len(released))
         outcomes, self._outcomes = [*self._outcomes, *released], []
         if outcomes:
-            try:
-                done = await self.queue.backend.cycle(
-                    outcomes, [], 0, self.id, self.lease, _clock.now()
-                )
-            except Exception as error:
-                # A stop is not the place to fail: the jobs are not lost (their leases
-                # run out and they run again, as after a crash), so say which, and go.
-                log.error(
-                    "worker %s stopped without handing in %d outcome(s) (jobs %s): %s; "
-                    "those jobs run again once their leases run out (within %gs)",
-                    self.id,
-                    len(outcomes),
-                    ", ".join(o.id for o in outcomes),
-                    describe(error),
-                    self.lease,
-                )
-                return
-            self._leases.settle(outcomes, done.refused)
+            await hand_in_last(self.queue.backend, self.id, outcomes, self.lease, self._leases)
 
     # -- leases and periodic jobs ----------------------------------------------------
 
@@ -362,27 +367,15 @@ class Worker:
         )
         sent = time.monotonic()
         # The worker record lives a little longer than one lease, like the leases.
-        lost = await self.queue.backend.heartbeat(info, held, self.lease, _clock.now())
+        lost = await self._bounded(
+            self.queue.backend.heartbeat(info, held, self.lease, _clock.now())
+        )
         self._leases.renewed(held, lost, sent)
         for claim in held:
             if not self._leases.holds(claim):
                 # Another worker runs it now: stop this run at its next await, so
                 # it does not go on alongside the new holder's (or the key's next job).
                 self._running.stop(claim)
-
-    async def _end_background(self, *tasks: asyncio.Task[None] | None) -> None:
-        # The background tasks' store calls end before the worker's last ones and
-        # before its caller closes the store: a heartbeat's counter write is let
-        # finish, not cut off halfway (a transaction left open on a pooled
-        # connection holds its locks, and the counts it took were lost); a task
-        # that does not end in time is cancelled, and its clean-up awaited too.
-        running = {t for t in tasks if t is not None and not t.done()}
-        if running:
-            _, late = await asyncio.wait(running, timeout=max(1.0, self.heartbeat))
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late, timeout=1.0)
 
     async def _heartbeat_loop(self) -> None:
         end = self._beats_end

@@ -113,3 +113,27 @@ def fast_worker(queue: Queue, **options):
     options.setdefault("lease", 2.0)
     options.setdefault("concurrency", 10)
     return Worker(queue, **options)
+
+
+class FaultyStore(MemoryBackend):
+    """A memory store that awaits ``fault(step)`` before each step a worker takes
+    (its turn, heartbeat, counters, goodbye): a subclass raises or dawdles there."""
+
+    async def fault(self, step: str) -> None:
+        return None
+
+    async def cycle(self, *args: Any) -> Any:
+        await self.fault("cycle")
+        return await super().cycle(*args)
+
+    async def heartbeat(self, *args: Any) -> Any:
+        await self.fault("heartbeat")
+        return await super().heartbeat(*args)
+
+    async def add_counts(self, *args: Any) -> None:
+        await self.fault("add_counts")
+        await super().add_counts(*args)
+
+    async def forget_worker(self, *args: Any) -> None:
+        await self.fault("forget_worker")
+        await super().forget_worker(*args)

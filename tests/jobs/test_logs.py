@@ -13,7 +13,7 @@ import pytest
 
 from batchy.jobs import Claimed, MemoryBackend, Outcome, Queue, Retry, Worker
 
-from .conftest import fast_worker
+from .conftest import FaultyStore, fast_worker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -267,22 +267,42 @@ async def test_failing_heartbeats_log_one_line_not_a_traceback_each(
     assert not any(r.exc_info for r in caplog.records)
 
 
-class GoneAtStop(MemoryBackend):
-    """A memory store that stops answering once the worker's last turn (it stops) comes."""
+class GoneAtStop(FaultyStore):
+    """A memory store that refuses every step once ``gone``, or never answers once ``silent``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.gone = False
+        self.silent = False
 
-    async def cycle(self, outcomes, queues, limit, worker, lease, now):  # type: ignore[no-untyped-def]
+    async def fault(self, step: str) -> None:
         if self.gone:
             raise ConnectionError("connection refused")
-        return await super().cycle(outcomes, queues, limit, worker, lease, now)
+        if self.silent:  # a connection dropped without a word
+            await asyncio.Event().wait()
 
 
-async def test_a_store_gone_at_the_last_turn_is_logged_and_the_stop_still_returns(
-    caplog: pytest.LogCaptureFixture,
+async def test_a_stop_during_an_outage_does_not_wait_out_the_back_off() -> None:
+    store = FlakyStore(failures=10_000)  # down from the first turn on
+    worker = Worker(Queue(store), poll_interval=0.5, lease=30.0)
+    logging.getLogger("batchy.jobs").setLevel(logging.CRITICAL)  # the outage's own lines
+    try:
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(3.0)  # the back-off has grown to seconds
+        worker.stop()
+        began = time.monotonic()
+        await asyncio.wait_for(task, 10)
+    finally:
+        logging.getLogger("batchy.jobs").setLevel(logging.NOTSET)
+    assert time.monotonic() - began < 0.5  # it slept out the back-off: up to 5 s
+
+
+@pytest.mark.parametrize("how", ["refuses", "stops answering"])
+async def test_a_store_lost_as_the_worker_stops_neither_fails_nor_holds_up_the_stop(
+    how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # run() used to raise the store's error at its last turn, or wait for an
+    # answer for as long as none came.
     store = GoneAtStop()
     queue = Queue(store)
     runs: list[int] = []
@@ -292,24 +312,30 @@ async def test_a_store_gone_at_the_last_turn_is_logged_and_the_stop_still_return
         runs.append(i)
         await asyncio.sleep(0.2)
 
-    handle = await slow.enqueue(7)
-    worker = fast_worker(queue, lease=0.5)
+    handle = await slow.enqueue(1)
+    worker = fast_worker(queue, lease=0.6, shutdown_timeout=0.5)
     task = asyncio.create_task(worker.run())
     while not runs:
         await asyncio.sleep(0.01)
-    store.gone = True
+    store.gone, store.silent = how == "refuses", how == "stops answering"
     worker.stop()
-    with caplog.at_level(logging.ERROR, "batchy.jobs"):
-        await asyncio.wait_for(task, 5)  # returns: it used to raise ConnectionError here
-    assert any(
-        r.getMessage().startswith(f"worker {worker.id} stopped without handing in 1 outcome(s)")
-        and f"(jobs {handle.id}): ConnectionError: connection refused;" in r.getMessage()
-        and "run again once their leases run out (within 0.5s)" in r.getMessage()
-        for r in caplog.records
-    ), caplog.text
-    # Not lost: once the store answers and the lease has run out, it runs again.
-    store.gone = False
-    await asyncio.sleep(0.6)
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING, "batchy.jobs"):
+        await asyncio.wait_for(task, 10)
+    # Shutdown grace, the last turn (one lease), the counters and the goodbye.
+    assert time.monotonic() - began < 0.5 + 0.6 + 1.0 + 1.0 + 0.6
+    (last,) = [
+        m for m in caplog.messages if m.startswith(f"worker {worker.id} stopped without handing")
+    ]
+    assert last.startswith(f"worker {worker.id} stopped without handing in 1 outcome(s) (jobs ")
+    assert f"(jobs {handle.id}): " in last
+    assert last.endswith("those jobs run again once their leases run out (within 0.6s)")
+    if how == "refuses":
+        assert "): ConnectionError: connection refused; those jobs" in last
+    else:
+        assert "did not answer within 0.6s (the worker's lease); those jobs" in last
+        assert "did not answer the worker's goodbye within 0.8s" in caplog.text
+    store.gone = store.silent = False
+    await asyncio.sleep(0.7)  # its lease runs out: not lost, it runs again
     await fast_worker(queue, burst=True).run()
-    assert runs == [7, 7]
-    assert (await handle.status()).state == "done"
+    assert runs == [1, 1] and (await handle.status()).state == "done"

@@ -219,3 +219,96 @@ async def test_done_jobs_leave_at_once_and_expired_results_in_batches(
         assert left == [15, 5, 0]  # at most prune_batch rows per cycle
     finally:
         await store.close()
+
+
+class Partition:
+    """A TCP proxy to the server that can stop forwarding: sockets stay open, nothing
+    arrives (a network partition, or a connection a load balancer dropped silently)."""
+
+    def __init__(self, dsn: str) -> None:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+        self.target = (str(info.get("host", "127.0.0.1")), int(info.get("port", 5432)))
+        self.open = asyncio.Event()
+        self.open.set()
+        self.server: asyncio.Server | None = None
+        self.pipes: set[asyncio.Task[None]] = set()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                await self.open.wait()
+                writer.write(data)
+                await writer.drain()
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        for a, b in ((reader, up_writer), (up_reader, writer)):
+            pipe = asyncio.create_task(self._pipe(a, b))
+            self.pipes.add(pipe)
+            pipe.add_done_callback(self.pipes.discard)
+
+    async def start(self, dsn: str) -> str:
+        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+        info.update(host="127.0.0.1", port=str(port))
+        return psycopg.conninfo.make_conninfo(**info)
+
+    async def close(self) -> None:
+        self.open.set()
+        if self.server is not None:
+            self.server.close()
+        for pipe in list(self.pipes):
+            pipe.cancel()
+        await asyncio.gather(*self.pipes, return_exceptions=True)
+
+
+async def test_a_stop_while_the_server_stops_answering_returns_and_loses_no_job(
+    postgres_dsn: str, postgres_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    partition = Partition(postgres_dsn)
+    store = PostgresBackend(await partition.start(postgres_dsn), schema=postgres_schema)
+    queue = Queue(store)
+    runs: list[int] = []
+
+    @queue.job(name="slow")
+    async def slow(i: int) -> None:
+        runs.append(i)
+        await asyncio.sleep(0.3)
+
+    handle = await slow.enqueue(1)
+    worker = Worker(queue, poll_interval=0.05, lease=2.0, shutdown_timeout=0.5)
+    task = asyncio.create_task(worker.run())
+    try:
+        while not runs:
+            await asyncio.sleep(0.01)
+        partition.open.clear()  # the network goes quiet
+        worker.stop()
+        began = time.monotonic()
+        # It waited for as long as the partition lasted.
+        await asyncio.wait_for(asyncio.shield(task), 15)
+        # Grace, the last turn (a lease), counters, goodbye (a lease and a beat), slack.
+        assert time.monotonic() - began < 0.5 + 2 + 2 + 1 + 2.7 + 1.5
+        assert "did not answer within 2s (the worker's lease)" in caplog.text
+    finally:
+        partition.open.set()
+        worker.kill()
+        await asyncio.gather(task, return_exceptions=True)
+        await store.close()
+        await partition.close()
+    # Nothing lost. What the proxy held back reaches the server as the partition
+    # ends (the last hand-in, a heartbeat renewing the lease): once that lease has
+    # run out, the job is done, by that late hand-in or by a second run.
+    again = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    try:
+        queue.backend = again
+        await asyncio.sleep(2.2)
+        await Worker(queue, burst=True, poll_interval=0.05).run()
+        assert runs in ([1], [1, 1])
+        assert (await handle.status()).state == "done"
+    finally:
+        await again.close()

@@ -1,7 +1,7 @@
 """A worker's stop under a failing store: it always returns, raises nothing, and loses no job.
 
 Whatever the store does while the worker runs and stops (a call that raises, a
-call that is slow, at any of its steps: turns, heartbeats, counters, the
+call that is slow, a call that never answers, at any of its steps: turns, heartbeats, counters, the
 last goodbye), ``stop()`` makes ``run()`` return within a bound, without an
 exception; and once the store answers again, every job enqueued ends done,
 having run at least once (a job whose outcome the store never took runs again
@@ -13,19 +13,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batchy.jobs import MemoryBackend, Queue
+from batchy.jobs import Queue
 
-from .conftest import fast_worker
+from .conftest import FaultyStore, fast_worker
 
 pytestmark = pytest.mark.timeout(120)
 
-FAULTS = st.lists(st.sampled_from([None, None, "raise", "slow"]), min_size=1, max_size=40)
+FAULTS = st.lists(st.sampled_from([None, None, "raise", "slow", "hang"]), min_size=1, max_size=40)
 LEASE = 0.3
 # The longest a stop may take: the running jobs' grace (shutdown_timeout), the
 # worker's end (one heartbeat or 1 s for the background tasks, as much for the
@@ -33,8 +32,8 @@ LEASE = 0.3
 BOUND = 4.0
 
 
-class FailingStore(MemoryBackend):
-    """A memory store whose calls fail or dawdle as ``faults`` says, one fault per call."""
+class FailingStore(FaultyStore):
+    """A memory store whose steps fail or dawdle as ``faults`` says, one fault per call."""
 
     def __init__(self, faults: list[str | None]) -> None:
         super().__init__()
@@ -42,7 +41,7 @@ class FailingStore(MemoryBackend):
         self.calls = 0
         self.healthy = False
 
-    async def _fault(self, what: str) -> None:
+    async def fault(self, step: str) -> None:
         if self.healthy:
             return
         fault = self.faults[self.calls % len(self.faults)]
@@ -50,24 +49,9 @@ class FailingStore(MemoryBackend):
         if fault == "slow":
             await asyncio.sleep(0.05)
         elif fault == "raise":
-            raise ConnectionError(f"{what}: connection refused")
-
-    # Each step the worker calls: the fault first, then the memory store's own.
-    async def cycle(self, *args: Any) -> Any:
-        await self._fault("cycle")
-        return await super().cycle(*args)
-
-    async def heartbeat(self, *args: Any) -> Any:
-        await self._fault("heartbeat")
-        return await super().heartbeat(*args)
-
-    async def add_counts(self, *args: Any) -> None:
-        await self._fault("add_counts")
-        await super().add_counts(*args)
-
-    async def forget_worker(self, *args: Any) -> None:
-        await self._fault("forget_worker")
-        await super().forget_worker(*args)
+            raise ConnectionError(f"{step}: connection refused")
+        elif fault == "hang":  # a connection dropped without a word: no answer, ever
+            await asyncio.Event().wait()
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
