@@ -15,6 +15,10 @@ A stopping worker waits for its put-off outcomes, but not for ever: once its
 heartbeat has stopped, their leases run out within one lease, after which the
 store would refuse them anyway. So it waits one lease, then gives them up (their
 jobs run again, as after a crash) rather than hang on a transaction that never ends.
+
+A hand-in waiting for its key holds one of the store's pooled connections, so
+only so many wait at once (half the pool): keys held by many open transactions
+must not take every connection from the turns, heartbeats and enqueues.
 """
 
 from __future__ import annotations
@@ -37,8 +41,11 @@ _TRIES = 5
 class PutOff:
     """The put-off outcomes of each worker of one store, and the tasks handing them in."""
 
-    def __init__(self, hand_in: Callable[[str, list[Outcome]], Awaitable[object]]) -> None:
+    def __init__(
+        self, hand_in: Callable[[str, list[Outcome]], Awaitable[object]], at_once: int
+    ) -> None:
         self._hand_in = hand_in  # (worker, outcomes): one cycle that waits for their keys
+        self._room = asyncio.Semaphore(max(1, at_once))  # hand-ins waiting at once
         self._held: dict[str, list[Outcome]] = {}
         self._tasks: dict[str, set[asyncio.Future[None]]] = {}
         self._lease: dict[str, float] = {}  # the worker's lease: how long settle waits
@@ -66,6 +73,9 @@ class PutOff:
     async def settle(self, worker: str) -> None:
         """Wait until the worker's put-off outcomes are in (it stops), up to one lease."""
         tasks = list(self._tasks.get(worker, ()))
+        if not self._held.get(worker):  # none left to hand in (their leases were lost)
+            for task in tasks:
+                task.cancel()
         if tasks:
             _, late = await asyncio.wait(tasks, timeout=self._lease.get(worker, 0.0))
             if late:
@@ -99,7 +109,10 @@ class PutOff:
                 if not left:
                     return
                 try:
-                    await self._hand_in(worker, left)
+                    async with self._room:
+                        left = [o for o in left if o in self._held.get(worker, ())]
+                        if left:
+                            await self._hand_in(worker, left)
                     return
                 except Exception as error:
                     if attempt == _TRIES - 1:

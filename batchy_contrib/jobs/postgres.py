@@ -50,6 +50,7 @@ from batchy.jobs import (
     Backend,
     Claimed,
     Claims,
+    ConfigError,
     Info,
     JobStatus,
     JSONSerializer,
@@ -104,7 +105,9 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
     """Jobs in PostgreSQL (psycopg 3, a connection pool); any number of workers on any machines.
 
     ``dsn`` is a libpq connection string or URL. ``schema`` holds the store's
-    tables (one per app or environment). ``prune_batch`` caps the expired
+    tables (one per app or environment). ``pool_size`` (at least 2) is the
+    process's connections; outcomes waiting for an ordering key that an
+    application's transaction holds use at most half. ``prune_batch`` caps the expired
     results and unique keys one cycle deletes (at most every ``prune_every``
     seconds per process): finished work leaves in small batches, never one
     long delete.
@@ -124,6 +127,13 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         self.names = Names(schema)
         self.dsn = dsn
         self.schema = schema
+        if type(pool_size) is not int or pool_size < 2:
+            raise ConfigError(
+                f"PostgresBackend pool_size={pool_size!r} must be an int >= 2: a worker's "
+                "turns, heartbeats and hand-ins of outcomes waiting for an ordering key "
+                "each need a connection at times, and one would make them wait in turn; "
+                "the default is 10"
+            )
         self.pool_size = pool_size
         self.dead_max = dead_max
         self.dead_max_age = dead_max_age
@@ -142,7 +152,8 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         self._schema_ready = False
         self._database: str | None = None  # the database's name, once connected
         self._queues: set[str] = set()  # queue names noted by this process
-        self._put_off = PutOff(self._hand_in)  # outcomes whose key a transaction held
+        # Outcomes whose key a transaction held; their hand-ins keep half the pool free.
+        self._put_off = PutOff(self._hand_in, self.pool_size // 2)
         self._sql = {"push": self.names.sql(PUSH), "cycle": self.names.sql(_CYCLE)}
 
     def __repr__(self) -> str:

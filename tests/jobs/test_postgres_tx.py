@@ -491,7 +491,7 @@ async def test_closing_the_store_stops_a_hand_in_still_waiting() -> None:
     async def hand_in(worker: str, outcomes: list[Outcome]) -> None:
         await never.wait()  # its key is never free
 
-    put_off = PutOff(hand_in)
+    put_off = PutOff(hand_in, 1)
     put_off.add("w", [Outcome("j1", "done", token="t")], 30.0)
     assert put_off.claims("w") == [("j1", "t")]  # renewed meanwhile
     await asyncio.sleep(0)
@@ -588,3 +588,77 @@ async def test_a_schema_of_a_newer_release_keeps_its_error_type_when_enqueued_in
             await welcome.enqueue(1)
     finally:
         await store.close()
+
+
+async def test_a_stop_with_nothing_left_to_hand_in_does_not_wait_for_the_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from batchy.jobs import Outcome
+    from batchy_contrib.jobs._postgres_later import PutOff
+
+    never = asyncio.Event()
+
+    async def hand_in(worker: str, outcomes: list[Outcome]) -> None:
+        await never.wait()  # its key is never free
+
+    put_off = PutOff(hand_in, 1)
+    put_off.add("w", [Outcome("j1", "done", token="t")], 30.0)
+    await asyncio.sleep(0)
+    put_off.lost("w", ["j1"])  # its lease moved on: the store would refuse it
+    began = time.monotonic()
+    await asyncio.wait_for(put_off.settle("w"), 1)  # it waited the whole lease
+    assert time.monotonic() - began < 0.2
+    assert "still waiting" not in caplog.text
+
+
+async def test_hand_ins_waiting_for_keys_leave_the_pool_to_the_worker(
+    postgres_dsn: str, postgres_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Two keys held by one open transaction, pool_size=2: each hand-in held a
+    # connection while it waited, and turns, heartbeats and enqueues of the store
+    # waited for the pool's 30 s timeout (a stop took 61 s).
+    store = PostgresBackend(postgres_dsn, schema=postgres_schema, pool_size=2)
+    queue = Queue(store)
+    ran: list[str] = []
+
+    @queue.job(name="head")
+    async def head(name: str, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        ran.append(name)
+
+    worker = Worker(queue, concurrency=4, poll_interval=0.05, lease=2.0, shutdown_timeout=1.0)
+    task = asyncio.create_task(worker.run())
+    try:
+        await head.options(key="A").enqueue("A", 0.2)
+        await head.options(key="B").enqueue("B", 0.3)
+        await asyncio.sleep(0.05)
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+            async with conn.transaction():
+                await head.options(key="A", connection=conn).enqueue("A2", 0)
+                await head.options(key="B", connection=conn).enqueue("B2", 0)
+                await asyncio.sleep(0.6)  # both heads done, both outcomes put off
+                began = time.monotonic()
+                await asyncio.wait_for(head.enqueue("plain", 0), 3)  # the pool has room
+                while "plain" not in ran:
+                    assert time.monotonic() - began < 3, ran
+                    await asyncio.sleep(0.02)
+                worker.stop()
+                began = time.monotonic()
+                await asyncio.wait_for(asyncio.shield(task), 10)
+                assert time.monotonic() - began < 4.5  # shutdown, then one lease at most
+        assert "PoolTimeout" not in caplog.text
+    finally:
+        worker.kill()
+        await asyncio.gather(task, return_exceptions=True)
+        await store.close()
+
+
+@pytest.mark.parametrize("bad", [0, 1, -3, 2.5, "10", None])
+def test_a_pool_too_small_for_a_worker_is_refused(bad: object) -> None:
+    with pytest.raises(ConfigError) as error:
+        PostgresBackend("postgresql://localhost/test", pool_size=bad)  # type: ignore[arg-type]
+    assert str(error.value) == (
+        f"PostgresBackend pool_size={bad!r} must be an int >= 2: a worker's turns, "
+        "heartbeats and hand-ins of outcomes waiting for an ordering key each need a "
+        "connection at times, and one would make them wait in turn; the default is 10"
+    )
