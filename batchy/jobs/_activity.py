@@ -118,9 +118,11 @@ class Tally(JobHook, batchy.Hook):
             return
         try:
             await backend.add_counts(counts, _clock.now())
-        except Exception as error:
+        except BaseException as error:
             for (minute, name), amount in counts.items():
                 self._add(minute, name, amount)
+            if not isinstance(error, Exception):
+                raise  # cancelled (a store that did not answer in time): kept all the same
             if not self._failing:
                 log.warning("activity counters not written to %r (kept for later): %s",
                             backend, error)  # fmt: skip

@@ -8,35 +8,45 @@ store that fails or stops answering at this point is logged, and the worker goes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from . import _clock
+from ._activity import Tally
 from ._backend import Backend
 from ._failure import describe
 from ._hooks import log
 from ._leases import Leases
-from ._model import Outcome
-from ._outage import no_answer, within
+from ._model import Claims, Outcome
+from ._outage import within
 
-__all__ = ["end_background", "hand_in_last", "last_word"]
+__all__ = ["gave_up", "hand_in_last", "take_leave"]
 
 
 async def hand_in_last(
-    backend: Backend, worker: str, outcomes: Sequence[Outcome], lease: float, leases: Leases
+    backend: Backend,
+    worker: str,
+    outcomes: Sequence[Outcome],
+    lease: float,
+    leases: Leases,
+    bounded: Callable[[Awaitable[Claims]], Awaitable[Claims]],
 ) -> None:
-    """``outcomes`` in, in one last turn that claims nothing; logged if the store cannot."""
+    """``outcomes`` in, in one last turn that claims nothing (through ``bounded``, the
+    worker's time limit); logged, not raised, if the store cannot take them."""
     try:
-        turn = backend.cycle(outcomes, [], 0, worker, lease, _clock.now())
-        done = await within(turn, lease, no_answer(backend, lease))
+        done = await bounded(backend.cycle(outcomes, [], 0, worker, lease, _clock.now()))
     except Exception as error:
-        log.error(
-            "worker %s stopped without handing in %d outcome(s) (jobs %s): %s; those jobs "
-            "run again once their leases run out (within %gs)",
-            worker, len(outcomes), ", ".join(o.id for o in outcomes), describe(error), lease,
-            exc_info=error,
-        )  # fmt: skip
+        gave_up(worker, outcomes, error, lease)
         return
     leases.settle(outcomes, done.refused)
+
+
+def gave_up(worker: str, outcomes: Sequence[Outcome], error: BaseException, lease: float) -> None:
+    log.error(
+        "worker %s stopped without handing in %d outcome(s) (jobs %s): %s; those jobs run "
+        "again once their leases run out (within %gs)",
+        worker, len(outcomes), ", ".join(o.id for o in outcomes), describe(error), lease,
+        exc_info=error,
+    )  # fmt: skip
 
 
 async def last_word(worker: str, call: Awaitable[None], what: str, seconds: float) -> None:
@@ -49,7 +59,7 @@ async def last_word(worker: str, call: Awaitable[None], what: str, seconds: floa
         log.warning("worker %s: %s; stopping without it", worker, error)
 
 
-async def end_background(tasks: Sequence[asyncio.Task[None] | None], seconds: float) -> None:
+async def end_background(tasks: Sequence[asyncio.Future[None] | None], seconds: float) -> None:
     """Let the worker's background tasks end, up to ``seconds``; then cancel them.
 
     Their store calls end before the worker's last ones and before its caller
@@ -65,3 +75,29 @@ async def end_background(tasks: Sequence[asyncio.Task[None] | None], seconds: fl
             task.cancel()
         if late:
             await asyncio.wait(late, timeout=1.0)
+
+
+async def take_leave(
+    worker: str,
+    backend: Backend,
+    times: tuple[float, float],
+    background: Sequence[asyncio.Future[None] | None],
+    tally: Tally,
+    *,
+    silent: bool,
+) -> None:
+    """The worker's background tasks end; then its counters and its goodbye go to the
+    store, unless the store's last answer was none (each would wait in vain).
+    ``times``: the worker's lease and heartbeat."""
+    lease, heartbeat = times
+    grace = max(1.0, heartbeat)
+    await end_background(background, grace)
+    if silent:
+        log.warning(
+            "worker %s: the store did not answer; going without its counters and goodbye",
+            worker,
+        )
+        return
+    await last_word(worker, tally.flush(backend), "counters", grace)
+    # forget_worker may wait a lease for outcomes put off (PostgreSQL).
+    await last_word(worker, backend.forget_worker(worker), "goodbye", lease + heartbeat)

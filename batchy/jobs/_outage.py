@@ -23,7 +23,7 @@ from . import _clock
 from ._failure import describe
 from ._hooks import log
 
-__all__ = ["Outage", "no_answer", "pause", "within"]
+__all__ = ["Outage", "ensure_quiet", "no_answer", "pause", "within"]
 
 T = TypeVar("T")
 
@@ -104,7 +104,19 @@ def _abandon(task: asyncio.Future[T], *, cancel: bool) -> None:
     if cancel:
         task.cancel()
     # Whatever it ends with, nobody waits for it: retrieved, so asyncio logs nothing.
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    task.add_done_callback(_retrieve)
+
+
+def ensure_quiet(call: Awaitable[T]) -> asyncio.Future[T]:
+    """``call`` as a task whose failure nobody need await (it is retrieved, not logged)."""
+    task = asyncio.ensure_future(call)
+    task.add_done_callback(_retrieve)
+    return task
+
+
+def _retrieve(task: asyncio.Future[T]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def no_answer(store: object, lease: float) -> str:

@@ -42,12 +42,12 @@ from ._activity import Tally
 from ._ahead import Ahead
 from ._errors import ConfigError
 from ._fetch import fetch_order, parse_queues
-from ._goodbye import end_background, hand_in_last, last_word
+from ._goodbye import gave_up, hand_in_last, take_leave
 from ._hooks import JobHook, log
 from ._inflight import InFlight
 from ._leases import Claim, Leases
 from ._model import Claimed, Claims, Outcome, WorkerInfo, new_id
-from ._outage import Outage, no_answer, pause, within
+from ._outage import Outage, ensure_quiet, no_answer, pause, within
 from ._ticks import Ticks
 from ._wake import StoreWait
 
@@ -130,6 +130,8 @@ class Worker:
         self._outage = Outage(self.id, poll_interval)
         self._wake: asyncio.Event | None = None
         self._halt: asyncio.Event | None = None  # set by stop(): ends a back-off wait
+        self._silent = False  # the store's last answer was none: a call ran out of time
+        self._flushing: asyncio.Future[None] | None = None  # the heartbeat's counter write
         self._quiet = False
         self._stopping = False
         self._interrupts = 0
@@ -222,12 +224,11 @@ class Worker:
             batchy.remove_hook(self._tally)
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self._running.wait(max(1.0, self.heartbeat))
-                grace = max(1.0, self.heartbeat)
-                await end_background([beat, self._store_wait.task], grace)
-                await last_word(self.id, self._tally.flush(self.queue.backend), "counters", grace)
-                # forget_worker may wait up to a lease for outcomes put off (PostgreSQL).
-                forget = self.queue.backend.forget_worker(self.id)
-                await last_word(self.id, forget, "goodbye", self.lease + self.heartbeat)
+                times = (self.lease, self.heartbeat)
+                background = [beat, self._store_wait.task, self._flushing]
+                await take_leave(
+                    self.id, self.queue.backend, times, background, self._tally, silent=self._silent
+                )
 
     async def _loop(self) -> None:
         assert self._wake is not None
@@ -296,7 +297,16 @@ class Worker:
         Past a lease the leases it would keep have run out anyway; and a store
         that stopped answering must not hold the worker, or its stop, for ever.
         """
-        return await within(call, self.lease, no_answer(self.queue.backend, self.lease))
+        late = no_answer(self.queue.backend, self.lease)
+        try:
+            result = await within(call, self.lease, late)
+        except TimeoutError as error:
+            # Ours, not the store's own: at a stop, the calls left are not worth
+            # a lease each (one deadline, not four).
+            self._silent = error.args[:1] == (late,)
+            raise
+        self._silent = False
+        return result
 
     async def _idle(self) -> None:
         """Until a job finishes, the store has work, a periodic tick is due, or a poll."""
@@ -348,7 +358,12 @@ class Worker:
             log.info("worker %s handing back %d unfinished job(s)", self.id, len(released))
         outcomes, self._outcomes = [*self._outcomes, *released], []
         if outcomes:
-            await hand_in_last(self.queue.backend, self.id, outcomes, self.lease, self._leases)
+            if self._silent:  # its last turn went unanswered: no second lease to wait
+                error = TimeoutError(no_answer(self.queue.backend, self.lease))
+                gave_up(self.id, outcomes, error, self.lease)
+            else:
+                backend, leases = self.queue.backend, self._leases
+                await hand_in_last(backend, self.id, outcomes, self.lease, leases, self._bounded)
 
     # -- leases and periodic jobs ----------------------------------------------------
 
@@ -390,7 +405,11 @@ class Worker:
                 self._outage.failed(error, "heartbeat")
             else:
                 self._outage.ok("heartbeat")
-                await self._tally.flush(self.queue.backend)
+                if self._flushing is None or self._flushing.done():
+                    # A task of its own: a slow (or unanswered) write never makes the
+                    # next beat late; unanswered, its counts are kept (Tally.flush).
+                    flush = self._bounded(self._tally.flush(self.queue.backend))
+                    self._flushing = ensure_quiet(flush)
 
     def stats(self) -> dict[str, Any]:
         """Jobs processed and running, for tests and dashboards."""
