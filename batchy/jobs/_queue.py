@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
@@ -237,8 +238,7 @@ class Queue:
                 else:
                     await self.backend.push(envelopes, now, connection=connection)
             except ConfigError as error:
-                _name_jobs(error, given, envelopes)
-                raise
+                raise _named(error, given, envelopes) from None
         return [Handle(self, e.id, e.queue) for e in envelopes]
 
     def enqueue_many_sync(
@@ -256,8 +256,7 @@ class Queue:
                 else:
                     self.backend.push_sync(envelopes, now, connection=connection)
             except ConfigError as error:
-                _name_jobs(error, given, envelopes)
-                raise
+                raise _named(error, given, envelopes) from None
         return [Handle(self, e.id, e.queue) for e in envelopes]
 
     def _envelope(self, call: JobCall, now: float) -> Envelope:
@@ -318,9 +317,15 @@ def _jobs(calls: list[JobCall], envelopes: list[Envelope] | None = None) -> str:
     return f"{len(calls)} jobs ({', '.join(repr(n) for n in names)})"
 
 
-def _name_jobs(error: ConfigError, calls: list[JobCall], envelopes: list[Envelope]) -> None:
-    """Put the jobs a store refused at the front of ``error``'s message (its type stays)."""
-    error.args = (f"cannot enqueue {_jobs(calls, envelopes)}: {error}", *error.args[1:])
+def _named(error: ConfigError, calls: list[JobCall], envelopes: list[Envelope]) -> ConfigError:
+    """A copy of ``error`` (its type and traceback kept) with the jobs named at its front.
+
+    A copy: the store may raise one error to every caller waiting on the same
+    thing (its schema check), and each names its own jobs.
+    """
+    named = copy.copy(error)
+    named.args = (f"cannot enqueue {_jobs(calls, envelopes)}: {error}", *error.args[1:])
+    return named.with_traceback(error.__traceback__)
 
 
 def _joined(calls: list[JobCall], connection: Any) -> Any:

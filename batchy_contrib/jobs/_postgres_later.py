@@ -18,7 +18,10 @@ jobs run again, as after a crash) rather than hang on a transaction that never e
 
 A hand-in waiting for its key holds one of the store's pooled connections, so
 only so many wait at once (half the pool): keys held by many open transactions
-must not take every connection from the turns, heartbeats and enqueues.
+must not take every connection from the turns, heartbeats and enqueues. Each
+waits a while (0.25 s, then twice as long each time, up to 8 s), then gives its
+place to the next: a key held long does not hold up the hand-ins of keys
+already free, and a wait that grows outlasts any one transaction holding its key.
 """
 
 from __future__ import annotations
@@ -36,16 +39,21 @@ log = logging.getLogger("batchy.jobs")
 # A hand-in that fails (the store went away) is tried this many times, a little
 # later each time; then its jobs run again once their leases run out.
 _TRIES = 5
+# How long one try waits for the keys, at first and at most.
+_FIRST_WAIT, _LONGEST_WAIT = 0.25, 8.0
 
 
 class PutOff:
     """The put-off outcomes of each worker of one store, and the tasks handing them in."""
 
     def __init__(
-        self, hand_in: Callable[[str, list[Outcome]], Awaitable[object]], at_once: int
+        self, hand_in: Callable[[str, list[Outcome], float], Awaitable[bool]], at_once: int
     ) -> None:
-        self._hand_in = hand_in  # (worker, outcomes): one cycle that waits for their keys
-        self._room = asyncio.Semaphore(max(1, at_once))  # hand-ins waiting at once
+        # (worker, outcomes, seconds): one cycle that waits that long for their keys;
+        # false when they were still held.
+        self._hand_in = hand_in
+        self._at_once = max(1, at_once)
+        self._room = asyncio.Semaphore(self._at_once)  # hand-ins waiting at once
         self._held: dict[str, list[Outcome]] = {}
         self._tasks: dict[str, set[asyncio.Future[None]]] = {}
         self._lease: dict[str, float] = {}  # the worker's lease: how long settle waits
@@ -58,6 +66,10 @@ class PutOff:
         tasks = self._tasks.setdefault(worker, set())
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+
+    def new_loop(self) -> None:
+        """The store serves another event loop: a semaphore belongs to the one it waited on."""
+        self._room = asyncio.Semaphore(self._at_once)
 
     def claims(self, worker: str) -> list[tuple[str, str]]:
         """``(id, token)`` of the worker's put-off outcomes: their leases to renew."""
@@ -102,20 +114,23 @@ class PutOff:
                 task.cancel()
 
     async def _run(self, worker: str, outcomes: list[Outcome]) -> None:
+        wait, failures = _FIRST_WAIT, 0
         try:
-            for attempt in range(_TRIES):
+            while True:
                 # Only the ones still held: a lost lease's outcome would be refused.
-                left = [o for o in outcomes if o in self._held.get(worker, ())]
+                left = self._left(worker, outcomes)
                 if not left:
                     return
                 try:
                     async with self._room:
-                        left = [o for o in left if o in self._held.get(worker, ())]
-                        if left:
-                            await self._hand_in(worker, left)
-                    return
+                        left = self._left(worker, outcomes)
+                        if not left or await self._hand_in(worker, left, wait):
+                            return
+                    wait = min(2 * wait, _LONGEST_WAIT)  # still held: others' turn first
+                    continue
                 except Exception as error:
-                    if attempt == _TRIES - 1:
+                    failures += 1
+                    if failures == _TRIES:
                         log.warning(
                             "worker %s: %d outcome(s) put off while their ordering key was "
                             "held could not be handed in (%s); their jobs run again once "
@@ -123,8 +138,11 @@ class PutOff:
                             worker, len(left), error,
                         )  # fmt: skip
                         return
-                    await asyncio.sleep(0.1 * 2**attempt)
+                await asyncio.sleep(0.1 * 2**failures)
         finally:
             held = self._held.get(worker)
             if held is not None:
                 self._held[worker] = [o for o in held if o not in outcomes]
+
+    def _left(self, worker: str, outcomes: list[Outcome]) -> list[Outcome]:
+        return [o for o in outcomes if o in self._held.get(worker, ())]

@@ -189,6 +189,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         if self._opening is not None and self._opening[1] is opening:
             self._pool, self._loop, self._listener, self._opening = pool, loop, None, None
             self._cycling = asyncio.Lock()
+            self._put_off.new_loop()
         return pool
 
     async def _open(self) -> AsyncConnectionPool[Any]:
@@ -273,8 +274,9 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
             self._put_off.add(worker, [o for o in given if o.id in later], lease)
         return claims
 
-    async def _hand_in(self, worker: str, outcomes: list[Outcome]) -> None:
-        """Put-off outcomes in, waiting for their keys (p_wait), claiming nothing.
+    async def _hand_in(self, worker: str, outcomes: list[Outcome], wait: float) -> bool:
+        """Put-off outcomes in, waiting up to ``wait`` s for their keys (p_wait), claiming
+        nothing; false if the keys were still held then (nothing applied).
 
         Outside the process's turn order: it claims nothing, and may wait."""
         text = _outcomes_json(outcomes, time.time())
@@ -289,7 +291,17 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
             0,
             True,
         )
-        await self._all(self._sql["cycle"], params)
+        async with (await self.pool()).connection() as conn:
+            try:
+                async with conn.transaction():
+                    # The wait for the keys' locks, in their fair queue, ends after
+                    # `wait` (lock_timeout), so the connection goes back to the pool.
+                    timeout = f"{max(1, round(wait * 1000))}ms"
+                    await conn.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
+                    await conn.execute(self._sql["cycle"], params)
+            except psycopg.errors.LockNotAvailable:
+                return False
+        return True
 
     async def heartbeat(
         self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float

@@ -488,8 +488,9 @@ async def test_closing_the_store_stops_a_hand_in_still_waiting() -> None:
 
     never = asyncio.Event()
 
-    async def hand_in(worker: str, outcomes: list[Outcome]) -> None:
+    async def hand_in(worker: str, outcomes: list[Outcome], wait: float) -> bool:
         await never.wait()  # its key is never free
+        return True
 
     put_off = PutOff(hand_in, 1)
     put_off.add("w", [Outcome("j1", "done", token="t")], 30.0)
@@ -598,8 +599,9 @@ async def test_a_stop_with_nothing_left_to_hand_in_does_not_wait_for_the_key(
 
     never = asyncio.Event()
 
-    async def hand_in(worker: str, outcomes: list[Outcome]) -> None:
+    async def hand_in(worker: str, outcomes: list[Outcome], wait: float) -> bool:
         await never.wait()  # its key is never free
+        return True
 
     put_off = PutOff(hand_in, 1)
     put_off.add("w", [Outcome("j1", "done", token="t")], 30.0)
@@ -662,3 +664,123 @@ def test_a_pool_too_small_for_a_worker_is_refused(bad: object) -> None:
         "heartbeats and hand-ins of outcomes waiting for an ordering key each need a "
         "connection at times, and one would make them wait in turn; the default is 10"
     )
+
+
+async def test_concurrent_enqueues_meeting_one_schema_error_each_name_their_own_job(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    from batchy_contrib.jobs.postgres import SchemaVersionError
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{postgres_schema}"')
+        admin.execute(f'CREATE TABLE "{postgres_schema}".version (version int NOT NULL)')
+        admin.execute(f'INSERT INTO "{postgres_schema}".version VALUES (99)')
+    store = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    queue = Queue(store)
+
+    @queue.job(name="welcome")
+    async def welcome(user: int) -> None:
+        return None
+
+    @queue.job(name="invoice")
+    async def invoice(user: int) -> None:
+        return None
+
+    try:
+        # Both wait on the store's one opening, which raises one error object: each
+        # caller's job was written into that same object, the other's in front.
+        errors = await asyncio.gather(
+            welcome.enqueue(1), invoice.enqueue(2), return_exceptions=True
+        )
+    finally:
+        await store.close()
+    assert [type(e) for e in errors] == [SchemaVersionError, SchemaVersionError]
+    first, second = (str(e) for e in errors)
+    assert first.startswith("cannot enqueue job 'welcome' (id ") and "invoice" not in first
+    assert second.startswith("cannot enqueue job 'invoice' (id ") and "welcome" not in second
+    assert first.count("cannot enqueue") == second.count("cannot enqueue") == 1
+
+
+async def test_a_key_held_long_does_not_hold_up_the_outcomes_of_a_key_already_free(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    # pool_size=2: one hand-in waits at a time. It waited for key A for as long as
+    # A's transaction stayed open, and B's outcome (B's key long free) behind it.
+    store = PostgresBackend(postgres_dsn, schema=postgres_schema, pool_size=2)
+    queue = Queue(store)
+    ran: dict[str, float] = {}
+
+    @queue.job(name="head")
+    async def head(name: str, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        ran[name] = time.monotonic()
+
+    worker = Worker(queue, concurrency=4, poll_interval=0.05, lease=3.0)
+    task = asyncio.create_task(worker.run())
+    try:
+        await head.options(key="A").enqueue("A", 0.1)
+        await head.options(key="B").enqueue("B", 0.3)
+        await asyncio.sleep(0.05)
+        async with (
+            await psycopg.AsyncConnection.connect(postgres_dsn) as long,
+            await psycopg.AsyncConnection.connect(postgres_dsn) as short,
+        ):
+            async with long.transaction():
+                await head.options(key="A", connection=long).enqueue("A2", 0)
+                async with short.transaction():
+                    await head.options(key="B", connection=short).enqueue("B2", 0)
+                    await asyncio.sleep(0.6)  # A's head is done first: its hand-in waits
+                committed = time.monotonic()
+                while "B2" not in ran:
+                    assert time.monotonic() - committed < 2.5, ran  # A stays open 4 s
+                    await asyncio.sleep(0.02)
+                await asyncio.sleep(max(0.0, 4.0 - (time.monotonic() - committed)))
+                assert "A2" not in ran
+        deadline = time.monotonic() + 10
+        while "A2" not in ran:
+            assert time.monotonic() < deadline, ran
+            await asyncio.sleep(0.02)
+    finally:
+        worker.stop()
+        await task
+        await store.close()
+
+
+def test_put_off_outcomes_are_handed_in_on_a_second_event_loop_too(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    # The hand-ins' semaphore was made once, bound to the first loop that waited on
+    # it: on the next loop (asyncio.run twice) the hand-in failed and was dropped.
+    store = PostgresBackend(postgres_dsn, schema=postgres_schema, pool_size=2)
+    queue = Queue(store)
+    ran: list[str] = []
+
+    @queue.job(name="head")
+    async def head(name: str, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        ran.append(name)
+
+    async def round_(a: str, b: str) -> None:
+        worker = Worker(queue, concurrency=4, poll_interval=0.05, lease=3.0)
+        task = asyncio.create_task(worker.run())
+        await head.options(key=a).enqueue(a, 0.1)
+        await head.options(key=b).enqueue(b, 0.2)
+        await asyncio.sleep(0.05)
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+            async with conn.transaction():
+                await head.options(key=a, connection=conn).enqueue(a + "2", 0)
+                await head.options(key=b, connection=conn).enqueue(b + "2", 0)
+                # Both outcomes put off, one hand-in at a time; longer than the
+                # tries of a failing hand-in (0.1 + 0.2 + 0.4 + 0.8 s).
+                await asyncio.sleep(2.0)
+        deadline = time.monotonic() + 6
+        while not {a + "2", b + "2"} <= set(ran):
+            assert time.monotonic() < deadline, ran
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await task
+        await store.close()
+
+    asyncio.run(round_("A", "B"))
+    asyncio.run(round_("C", "D"))
+    assert sorted(ran) == ["A", "A2", "B", "B2", "C", "C2", "D", "D2"]  # each once
