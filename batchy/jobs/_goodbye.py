@@ -54,7 +54,7 @@ async def last_word(worker: str, call: Awaitable[None], what: str, seconds: floa
     cancelled, given up (with a warning) if the store does not answer in time."""
     try:
         late = f"the store did not answer the worker's {what} within {seconds:g}s"
-        await within(call, seconds, late, shielded=True)
+        await within(call, seconds, lambda: late, shielded=True)
     except TimeoutError as error:
         log.warning("worker %s: %s; stopping without it", worker, error)
 

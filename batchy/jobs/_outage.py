@@ -16,14 +16,15 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from . import _clock
+from ._errors import JobError
 from ._failure import describe
 from ._hooks import log
 
-__all__ = ["Outage", "ensure_quiet", "no_answer", "pause", "within"]
+__all__ = ["NoAnswer", "Outage", "ensure_quiet", "pause", "within"]
 
 T = TypeVar("T")
 
@@ -81,22 +82,42 @@ class Outage:
             self.failures = 0
 
 
-async def within(call: Awaitable[T], seconds: float, late: str, *, shielded: bool = False) -> T:
-    """``call``'s result, or ``TimeoutError(late)`` after ``seconds``.
+class NoAnswer(JobError, TimeoutError):
+    """A store call a worker gave up on: no answer within its time limit."""
+
+
+async def within(
+    call: Awaitable[T], seconds: float, late: Callable[[], str], *, shielded: bool = False
+) -> T:
+    """``call``'s result, or :class:`NoAnswer` (saying ``late()``) after ``seconds``.
 
     Past the limit the call is cancelled and left to end on its own, unheard.
     ``shielded``: a cancel of the caller leaves the call running (a stopping
-    worker's last words to the store), rather than cancelling it too.
+    worker's last words to the store), rather than cancelling it too. Built on
+    bare callbacks, not ``asyncio.wait``: a worker with one slot makes a turn per job.
     """
+    loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(call)
-    try:
-        done, _ = await asyncio.wait([task], timeout=seconds)
-    except asyncio.CancelledError:
-        _abandon(task, cancel=not shielded)
-        raise
-    if not done:
-        _abandon(task, cancel=True)
-        raise TimeoutError(late)
+    if not task.done():
+        waiter = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        task.add_done_callback(wake)
+        timer = loop.call_later(seconds, wake)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            _abandon(task, cancel=not shielded)
+            raise
+        finally:
+            timer.cancel()
+            task.remove_done_callback(wake)
+        if not task.done():
+            _abandon(task, cancel=True)
+            raise NoAnswer(late())
     return task.result()
 
 
@@ -117,11 +138,6 @@ def ensure_quiet(call: Awaitable[T]) -> asyncio.Future[T]:
 def _retrieve(task: asyncio.Future[T]) -> None:
     if not task.cancelled():
         task.exception()
-
-
-def no_answer(store: object, lease: float) -> str:
-    """What a worker's store call says when it gives up after one lease."""
-    return f"{store!r} did not answer within {lease:g}s (the worker's lease)"
 
 
 async def pause(seconds: float, halt: asyncio.Event) -> None:

@@ -47,7 +47,7 @@ from ._hooks import JobHook, log
 from ._inflight import InFlight
 from ._leases import Claim, Leases
 from ._model import Claimed, Claims, Outcome, WorkerInfo, new_id
-from ._outage import Outage, ensure_quiet, no_answer, pause, within
+from ._outage import NoAnswer, Outage, ensure_quiet, pause, within
 from ._ticks import Ticks
 from ._wake import StoreWait
 
@@ -297,16 +297,17 @@ class Worker:
         Past a lease the leases it would keep have run out anyway; and a store
         that stopped answering must not hold the worker, or its stop, for ever.
         """
-        late = no_answer(self.queue.backend, self.lease)
         try:
-            result = await within(call, self.lease, late)
-        except TimeoutError as error:
-            # Ours, not the store's own: at a stop, the calls left are not worth
-            # a lease each (one deadline, not four).
-            self._silent = error.args[:1] == (late,)
+            result = await within(call, self.lease, self._no_answer)
+        except NoAnswer:
+            # At a stop, the calls left are not worth a lease each (one deadline).
+            self._silent = True
             raise
         self._silent = False
         return result
+
+    def _no_answer(self) -> str:
+        return f"{self.queue.backend!r} did not answer within {self.lease:g}s (the worker's lease)"
 
     async def _idle(self) -> None:
         """Until a job finishes, the store has work, a periodic tick is due, or a poll."""
@@ -359,8 +360,7 @@ class Worker:
         outcomes, self._outcomes = [*self._outcomes, *released], []
         if outcomes:
             if self._silent:  # its last turn went unanswered: no second lease to wait
-                error = TimeoutError(no_answer(self.queue.backend, self.lease))
-                gave_up(self.id, outcomes, error, self.lease)
+                gave_up(self.id, outcomes, NoAnswer(self._no_answer()), self.lease)
             else:
                 backend, leases = self.queue.backend, self._leases
                 await hand_in_last(backend, self.id, outcomes, self.lease, leases, self._bounded)
