@@ -140,10 +140,16 @@ def _retrieve(task: asyncio.Future[T]) -> None:
         task.exception()
 
 
-async def pause(seconds: float, halt: asyncio.Event) -> None:
-    """Wait ``seconds`` before trying a failing store again, or until ``halt`` is set."""
-    halted = asyncio.ensure_future(halt.wait())
+async def pause(seconds: float, until: asyncio.Event) -> None:
+    """Wait ``seconds``, or until ``until`` is set (a back-off a stop ends, an idle
+    wait a finished job ends).
+
+    asyncio.wait, not wait_for: on 3.11 wait_for returns normally when it is
+    cancelled just as the event is set (kill() cancels the jobs, whose end sets
+    the worker's event, and the worker's task), and the worker would run on.
+    """
+    woken = asyncio.ensure_future(until.wait())
     try:
-        await asyncio.wait([halted], timeout=seconds)
+        await asyncio.wait([woken], timeout=seconds)
     finally:
-        halted.cancel()
+        woken.cancel()

@@ -322,14 +322,7 @@ class Worker:
         tick = self._ticks.next_at()
         if tick is not None:
             timeout = min(timeout, max(0.0, tick - _clock.now()))
-        # asyncio.wait, not wait_for: on 3.11 wait_for returns normally when it is
-        # cancelled just as the event is set (kill() cancels the jobs, whose end
-        # sets it, and this task), and the worker would run on.
-        woken = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait([woken], timeout=timeout)
-        finally:
-            woken.cancel()
+        await pause(timeout, self._wake)
 
     def _begin(self, job: Claimed, claim: Claim) -> None:
         self._running.begin(job, claim)

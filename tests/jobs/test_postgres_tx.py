@@ -22,6 +22,16 @@ def store(postgres_app_store: PostgresBackend) -> PostgresBackend:
     return postgres_app_store
 
 
+@pytest.fixture
+def newer_store(postgres_dsn: str, postgres_schema: str) -> PostgresBackend:
+    """A store on a schema that a later release of batchy made (version 99)."""
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{postgres_schema}"')
+        admin.execute(f'CREATE TABLE "{postgres_schema}".version (version int NOT NULL)')
+        admin.execute(f'INSERT INTO "{postgres_schema}".version VALUES (99)')
+    return PostgresBackend(postgres_dsn, schema=postgres_schema)
+
+
 def job(queue: str = "default") -> Envelope:
     return Envelope(uuid.uuid4().hex, queue, '{"job": "welcome", "args": [1], "kwargs": {}}')
 
@@ -563,15 +573,11 @@ async def test_a_refused_enqueue_names_the_job(store: PostgresBackend, postgres_
 
 
 async def test_a_schema_of_a_newer_release_keeps_its_error_type_when_enqueued_in_a_transaction(
-    postgres_dsn: str, postgres_schema: str
+    postgres_dsn: str, newer_store: PostgresBackend
 ) -> None:
     from batchy_contrib.jobs.postgres import SchemaVersionError
 
-    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{postgres_schema}"')
-        admin.execute(f'CREATE TABLE "{postgres_schema}".version (version int NOT NULL)')
-        admin.execute(f'INSERT INTO "{postgres_schema}".version VALUES (99)')
-    store = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    store = newer_store
     queue = Queue(store)
 
     @queue.job(name="welcome")
@@ -667,15 +673,11 @@ def test_a_pool_too_small_for_a_worker_is_refused(bad: object) -> None:
 
 
 async def test_concurrent_enqueues_meeting_one_schema_error_each_name_their_own_job(
-    postgres_dsn: str, postgres_schema: str
+    newer_store: PostgresBackend,
 ) -> None:
     from batchy_contrib.jobs.postgres import SchemaVersionError
 
-    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{postgres_schema}"')
-        admin.execute(f'CREATE TABLE "{postgres_schema}".version (version int NOT NULL)')
-        admin.execute(f'INSERT INTO "{postgres_schema}".version VALUES (99)')
-    store = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    store = newer_store
     queue = Queue(store)
 
     @queue.job(name="welcome")
