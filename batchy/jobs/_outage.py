@@ -24,7 +24,7 @@ from ._errors import JobError
 from ._failure import describe
 from ._hooks import log
 
-__all__ = ["NoAnswer", "Outage", "ensure_quiet", "pause", "within"]
+__all__ = ["NoAnswer", "Outage", "ensure_quiet", "launch", "pause", "within"]
 
 T = TypeVar("T")
 
@@ -126,6 +126,23 @@ def _abandon(task: asyncio.Future[T], *, cancel: bool) -> None:
         task.cancel()
     # Whatever it ends with, nobody waits for it: retrieved, so asyncio logs nothing.
     task.add_done_callback(_retrieve)
+
+
+async def launch(call: Awaitable[T]) -> asyncio.Future[T]:
+    """``call`` as a task that has taken its first step: a store call has sent its request.
+
+    ``ensure_future`` only schedules a call; whatever the caller does before its
+    next ``await`` runs first. A worker that starts a batch of jobs (about 10 µs
+    of CPU each) while its turn travels must let the turn leave first, or the
+    store waits for those starts. A cancel meanwhile cancels the call too.
+    """
+    task = asyncio.ensure_future(call)
+    try:
+        await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        _abandon(task, cancel=True)
+        raise
+    return task
 
 
 def ensure_quiet(call: Awaitable[T]) -> asyncio.Future[T]:

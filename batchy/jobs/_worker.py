@@ -47,7 +47,7 @@ from ._hooks import JobHook, log
 from ._inflight import InFlight
 from ._leases import Claim, Leases
 from ._model import Claimed, Claims, Outcome, WorkerInfo, new_id
-from ._outage import NoAnswer, Outage, ensure_quiet, pause, within
+from ._outage import NoAnswer, Outage, ensure_quiet, launch, pause, within
 from ._ticks import Ticks
 from ._wake import StoreWait
 
@@ -254,7 +254,7 @@ class Worker:
                 if self._ahead:
                     # The turn goes out first, then the jobs claimed ahead run while
                     # it travels: that overlap is what prefetch is for.
-                    turn = asyncio.ensure_future(turn)
+                    turn = await launch(turn)
                     for claim, job in self._ahead.take(self.concurrency - len(self._running)):
                         self._begin(job, claim)
                 claimed = await self._bounded(turn)

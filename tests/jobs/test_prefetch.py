@@ -11,6 +11,7 @@ import pytest
 
 import batchy
 from batchy.jobs import ConfigError, JobEvent, JobHook, Queue, Worker
+from batchy.jobs._outage import launch
 from batchy.testing import record
 
 from .conftest import fast_worker
@@ -95,6 +96,69 @@ async def test_jobs_claimed_ahead_run_while_the_next_turn_travels(queue: Queue) 
     assert worker.processed == 600
     # Every batch but the last began while a turn travelled (before: half of them).
     assert began.count(False) <= 50, began.count(False)
+
+
+async def test_a_turn_leaves_before_the_jobs_claimed_ahead_begin(queue: Queue) -> None:
+    """The turn's request is on its way before the worker starts the batch ahead.
+
+    Starting a run costs about 10 µs of CPU; before, a batch of 100 was started
+    between making the turn and its first step, so every turn reached the store
+    a millisecond late (on PostgreSQL, 1.2 ms between turns, now 0.3 ms).
+    """
+    made, stepped = [0], [0]
+    cycle = queue.backend.cycle
+
+    def turn(*args: Any, **kwargs: Any) -> Any:
+        made[0] += 1
+        return first_step(*args, **kwargs)
+
+    async def first_step(*args: Any, **kwargs: Any) -> Any:
+        stepped[0] += 1  # where a store sends its request
+        return await cycle(*args, **kwargs)
+
+    queue.backend.cycle = turn  # type: ignore[method-assign]
+
+    @queue.job
+    async def tick(i: int) -> None:
+        pass
+
+    await queue.enqueue_many(tick.call(i) for i in range(300))
+    worker = fast_worker(queue, burst=True, concurrency=50, prefetch=50)
+    begin = worker._running.begin
+    late: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        if stepped[0] < made[0]:
+            late.append(made[0])
+        begin(*args, **kwargs)
+
+    worker._running.begin = counted  # type: ignore[method-assign]
+    await worker.run()
+    assert worker.processed == 300
+    assert made[0] >= 6
+    assert late == []
+
+
+async def test_a_turn_whose_worker_is_killed_as_it_leaves_ends_with_it() -> None:
+    """A cancel during launch's one step cancels the turn too, and nothing is left to log."""
+    reported: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: reported.append(context))
+    worker: list[asyncio.Future[None]] = []
+
+    async def turn() -> None:
+        worker[0].cancel()  # killed as the turn leaves: launch has not returned yet
+        await asyncio.sleep(10)
+
+    async def worker_loop() -> None:
+        call = await launch(turn())
+        await call
+
+    worker.append(asyncio.ensure_future(worker_loop()))
+    with pytest.raises(asyncio.CancelledError):
+        await worker[0]
+    await asyncio.sleep(0.01)
+    left = [t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__name__", "") == "turn"]
+    assert left == [] and reported == []
 
 
 async def test_stop_hands_back_the_jobs_claimed_ahead_at_once(queue: Queue) -> None:
