@@ -29,6 +29,12 @@ use: PostgreSQL 15 counts one index scan per element of an ``= ANY`` array.)
 The in-process count (calls of the query functions) is printed next to it.
 All four databases are dropped at the end.
 
+Every system runs the same jobs per scenario, but procrastinate's no-op run is
+half as long (see SIZES). Each no-op run also reports the CPU per job of the
+worker process and of the server (every ``postgres`` process of this machine,
+from ``/proc``), and what batchy's costs allow on this machine's cores: the
+``ceiling`` line.
+
 Pick-up latency: one idle worker process per system (concurrency 100); this
 process enqueues one job per call at 200 and then 2,000 jobs/s (2 s each), then
 200 delayed jobs due 50-500 ms after their enqueue. Each job carries the time
@@ -65,8 +71,14 @@ ROWS = 10_000
 CONCURRENCY = 100
 PGQ_BATCH = 50  # pgqueuer: batch_size <= max_concurrent_tasks / 2
 SCALE = float(os.environ.get("BATCHY_BENCH_SCALE", "1"))  # 0.1 for a quick look
-SIZES = {k: int(v * SCALE) for k, v in {"noop": 10_000, "io": 5_000, "db": 5_000}.items()}
-PEER_SIZES = {k: int(v * SCALE) for k, v in {"noop": 5_000, "io": 5_000, "db": 5_000}.items()}
+# Jobs per scenario and system: the same for all, but procrastinate's no-op run
+# (about 220 jobs/s here: 10,000 would take 45 s of the run for nothing new).
+_JOBS = {"noop": 10_000, "io": 5_000, "db": 5_000}
+SIZES = {
+    system: {k: int(v * SCALE) for k, v in _JOBS.items()}
+    for _, system in [("batchy", "batchy"), ("pgqueuer", "pgqueuer")]
+}
+SIZES["procrastinate"] = {**SIZES["batchy"], "noop": int(5_000 * SCALE)}
 ENQUEUE_N = int(2_000 * SCALE)
 LATENCY_RATES = (200, 2_000)  # jobs/s, one phase each
 LATENCY_SECONDS = max(0.5, 2.0 * SCALE)  # per rate
@@ -245,24 +257,24 @@ async def _worker_async(system: str, scenario: str, n: int) -> dict[str, Any]:
         # Connected before the clock starts, as the peers are (procrastinate's
         # open_async, pgqueuer's connection): the rate is the worker's, not the pool's.
         await queue.backend.migrate()
-        start = time.perf_counter()
+        clock = _Clock()
         task = asyncio.create_task(worker.run())
         await _announce(scenario)
         await EVENT.wait()
-        elapsed = time.perf_counter() - start
+        measured = clock.read()
         worker.stop()
         await task
         await queue.close()
     elif system == "procrastinate":
         app = procrastinate_app()
         async with app.open_async():
-            start = time.perf_counter()
+            clock = _Clock()
             task = asyncio.create_task(
                 app.run_worker_async(concurrency=CONCURRENCY, install_signal_handlers=False)
             )
             await _announce(scenario)
             await EVENT.wait()
-            elapsed = time.perf_counter() - start
+            measured = clock.read()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -272,18 +284,63 @@ async def _worker_async(system: str, scenario: str, n: int) -> dict[str, Any]:
         queries, conn = await _pgqueuer_queries()
         qm = QueueManager(queries)
         pgqueuer_register(qm)
-        start = time.perf_counter()
+        clock = _Clock()
         task = asyncio.create_task(qm.run(batch_size=PGQ_BATCH, max_concurrent_tasks=CONCURRENCY))
         await _announce(scenario)
         await EVENT.wait()
-        elapsed = time.perf_counter() - start
+        measured = clock.read()
         qm.shutdown.set()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 30)
         await conn.close()
     if POOL is not None:
         await POOL.close()
-    return {"elapsed": elapsed, "jobs": DONE["count"], "queries": DONE["queries"], "lags": LAGS}
+    return {
+        **measured,
+        "jobs": DONE["count"],
+        "queries": DONE["queries"],
+        "lags": LAGS,
+    }
+
+
+class _Clock:
+    """Wall time, this process's CPU and the local server's CPU (see _server_cpu) from now."""
+
+    def __init__(self) -> None:
+        self.server = _server_cpu()
+        self.cpu = time.process_time()
+        self.start = time.perf_counter()
+
+    def read(self) -> dict[str, float | None]:
+        elapsed = time.perf_counter() - self.start
+        cpu = time.process_time() - self.cpu
+        server = _server_cpu()
+        used = None if server is None or self.server is None else server - self.server
+        return {"elapsed": elapsed, "cpu": cpu, "server_cpu": used}
+
+
+def _server_cpu() -> float | None:
+    """CPU seconds the PostgreSQL processes of this machine have used, or None (none seen).
+
+    Every ``postgres`` process's own time, and the time of its children that have
+    ended (a closed connection's backend is counted once the postmaster reaps it).
+    Includes the server's own helpers (WAL writer, autovacuum): part of a queue's cost.
+    """
+    total, seen = 0, False
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as comm:
+                if not comm.read().startswith("postgres"):
+                    continue
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        seen = True
+        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / os.sysconf("SC_CLK_TCK") if seen else None
 
 
 # -- databases ------------------------------------------------------------------------
@@ -411,7 +468,7 @@ def _run_worker(system: str, scenario: str, n: int) -> dict[str, Any]:
 
 def _measure(system: str) -> dict[str, Any]:
     row: dict[str, Any] = {}
-    sizes = SIZES if system == "batchy" else PEER_SIZES
+    sizes = SIZES[system]
     for bulk in (False, True):
         _reset(system)
         seconds = asyncio.run(_enqueue(system, "noop", ENQUEUE_N, bulk))
@@ -425,6 +482,11 @@ def _measure(system: str) -> dict[str, Any]:
         if result["jobs"] < n:
             raise RuntimeError(f"{system} {scenario}: only {result['jobs']} of {n} jobs ran")
         row[scenario] = n / result["elapsed"]
+        if scenario == "noop":
+            row["noop_n"] = n
+            row["cpu"] = result["cpu"] / n
+            server = result["server_cpu"]
+            row["server_cpu"] = None if server is None else server / n
         if scenario == "db":
             row["queries"] = _users_commits() - before
             row["counted"] = result["queries"]
@@ -579,13 +641,14 @@ def main() -> None:
                 f"{r['db']:,.0f}",
                 f"{r['queries']:,} ({r['queries_per_job']:.3f}/job)",
                 f"{r['counted']:,}",
+                _cpu_cells(r),
             ]
         )
     print(
         table(
-            f"jobs/s on PostgreSQL, one worker process, concurrency {CONCURRENCY}; "
-            f"batchy: no-op {SIZES['noop']:,} jobs, I/O and row {SIZES['io']:,}; peers: "
-            f"{PEER_SIZES['noop']:,} / {PEER_SIZES['io']:,} / {PEER_SIZES['db']:,}",
+            f"jobs/s on PostgreSQL, one worker process, concurrency {CONCURRENCY}; jobs per "
+            f"run: {_sizes_text()}; CPU per no-op job, of the worker process and of the "
+            "server's processes, in microseconds",
             [
                 "system",
                 "enqueue 1/call",
@@ -595,6 +658,7 @@ def main() -> None:
                 "PG row",
                 "queries (server)",
                 "(in-process)",
+                "no-op CPU/job: worker + server",
             ],
             body,
         )
@@ -607,7 +671,41 @@ def main() -> None:
         f"{'PASS' if noop_x >= 3 else 'FAIL'}; queries per data-loading job {fewer:.0f}x fewer "
         f"than the fewest of the peers (target 10x) -> {'PASS' if fewer >= 10 else 'FAIL'}"
     )
+    print(_ceiling(ours, rows[fastest]["noop"], fastest))
     latency()
+
+
+def _sizes_text() -> str:
+    return "; ".join(
+        f"{system} {sizes['noop']:,} no-op, {sizes['io']:,} I/O, {sizes['db']:,} row"
+        for system, sizes in SIZES.items()
+    )
+
+
+def _cpu_cells(row: dict[str, Any]) -> str:
+    if row["server_cpu"] is None:
+        return f"{row['cpu'] * 1e6:.0f} + ? (server not on this machine)"
+    return f"{row['cpu'] * 1e6:.0f} + {row['server_cpu'] * 1e6:.0f}"
+
+
+def _ceiling(ours: dict[str, Any], peer_rate: float, peer: str) -> str:
+    """The no-op rate batchy's CPU per job allows on this machine, against the faster peer.
+
+    The worker is one Python process (one core at most), and the worker and the
+    server share the machine's cores: a rate above min(1/worker, cores/(worker +
+    server)) needs less CPU per job, not more overlap.
+    """
+    if ours["server_cpu"] is None:
+        return "ceiling: the server is not on this machine; its CPU per job is unknown"
+    cores = os.cpu_count() or 1
+    worker, server = ours["cpu"], ours["server_cpu"]
+    most = min(1 / worker, cores / (worker + server))
+    return (
+        f"ceiling: at {worker * 1e6:.0f} us (worker) + {server * 1e6:.0f} us (server) of CPU "
+        f"per no-op job on {cores} cores, batchy cannot exceed {most:,.0f} jobs/s = "
+        f"{most / peer_rate:.1f}x {peer}'s {peer_rate:,.0f}; it ran {ours['noop'] / most:.0%} "
+        "of that"
+    )
 
 
 if __name__ == "__main__":
