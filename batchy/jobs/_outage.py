@@ -1,5 +1,6 @@
-"""Whether the store answers a worker: one log line when it stops, one when it is back.
+"""How a worker's calls reach the store: started, limited in time, and logged when it is down.
 
+Whether the store answers: one log line when it stops, one when it is back.
 While the store is unreachable the worker waits longer and longer between tries
 (doubling from ``poll_interval`` up to ten poll intervals, at most 30 s, with a
 little jitter so a fleet does not come back in lockstep) and logs nothing per
@@ -129,12 +130,15 @@ def _abandon(task: asyncio.Future[T], *, cancel: bool) -> None:
 
 
 async def launch(call: Awaitable[T]) -> asyncio.Future[T]:
-    """``call`` as a task that has taken its first step: a store call has sent its request.
+    """``call`` as a task that has taken its first step; a cancel meanwhile cancels it too.
 
     ``ensure_future`` only schedules a call; whatever the caller does before its
     next ``await`` runs first. A worker that starts a batch of jobs (about 10 µs
     of CPU each) while its turn travels must let the turn leave first, or the
-    store waits for those starts. A cancel meanwhile cancels the call too.
+    store waits for those starts. One step is enough where a store's call sends
+    its request at once (PostgreSQL, and the stores that run a turn in-process);
+    redis-py takes a few more before it writes, so on Redis the batch still
+    starts first (a step costs microseconds, a turn hundreds of them).
     """
     task = asyncio.ensure_future(call)
     try:

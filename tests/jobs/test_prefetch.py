@@ -99,7 +99,9 @@ async def test_jobs_claimed_ahead_run_while_the_next_turn_travels(queue: Queue) 
 
 
 async def test_a_turn_leaves_before_the_jobs_claimed_ahead_begin(queue: Queue) -> None:
-    """The turn's request is on its way before the worker starts the batch ahead.
+    """The turn takes its first step before the worker starts the batch ahead.
+
+    That step sends the request on PostgreSQL (redis-py writes a few steps later).
 
     Starting a run costs about 10 µs of CPU; before, a batch of 100 was started
     between making the turn and its first step, so every turn reached the store
