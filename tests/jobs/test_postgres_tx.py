@@ -619,27 +619,45 @@ async def test_a_stop_with_nothing_left_to_hand_in_does_not_wait_for_the_key(
     assert "still waiting" not in caplog.text
 
 
+class Heads:
+    """A store with a small pool and a job type ``head`` whose runs note their name and time.
+
+    ``pool_size=2`` leaves room for one hand-in of put-off outcomes at a time.
+    """
+
+    def __init__(self, dsn: str, schema: str) -> None:
+        self.store = PostgresBackend(dsn, schema=schema, pool_size=2)
+        self.queue = Queue(self.store)
+        self.ran: list[str] = []
+        self.at: dict[str, float] = {}
+
+        @self.queue.job(name="head")
+        async def head(name: str, seconds: float) -> None:
+            await asyncio.sleep(seconds)
+            self.ran.append(name)
+            self.at[name] = time.monotonic()
+
+        self.head = head
+
+    async def begin(self, *runs: tuple[str, float]) -> None:
+        """Each ``(key, seconds)``: a head of that key (named after it), running."""
+        for key, seconds in runs:
+            await self.head.options(key=key).enqueue(key, seconds)
+        await asyncio.sleep(0.05)
+
+
 async def test_hand_ins_waiting_for_keys_leave_the_pool_to_the_worker(
     postgres_dsn: str, postgres_schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Two keys held by one open transaction, pool_size=2: each hand-in held a
     # connection while it waited, and turns, heartbeats and enqueues of the store
     # waited for the pool's 30 s timeout (a stop took 61 s).
-    store = PostgresBackend(postgres_dsn, schema=postgres_schema, pool_size=2)
-    queue = Queue(store)
-    ran: list[str] = []
-
-    @queue.job(name="head")
-    async def head(name: str, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-        ran.append(name)
-
-    worker = Worker(queue, concurrency=4, poll_interval=0.05, lease=2.0, shutdown_timeout=1.0)
+    heads = Heads(postgres_dsn, postgres_schema)
+    store, head, ran = heads.store, heads.head, heads.ran
+    worker = Worker(heads.queue, concurrency=4, poll_interval=0.05, lease=2.0, shutdown_timeout=1.0)
     task = asyncio.create_task(worker.run())
     try:
-        await head.options(key="A").enqueue("A", 0.2)
-        await head.options(key="B").enqueue("B", 0.3)
-        await asyncio.sleep(0.05)
+        await heads.begin(("A", 0.2), ("B", 0.3))
         async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
             async with conn.transaction():
                 await head.options(key="A", connection=conn).enqueue("A2", 0)
@@ -708,21 +726,12 @@ async def test_a_key_held_long_does_not_hold_up_the_outcomes_of_a_key_already_fr
 ) -> None:
     # pool_size=2: one hand-in waits at a time. It waited for key A for as long as
     # A's transaction stayed open, and B's outcome (B's key long free) behind it.
-    store = PostgresBackend(postgres_dsn, schema=postgres_schema, pool_size=2)
-    queue = Queue(store)
-    ran: dict[str, float] = {}
-
-    @queue.job(name="head")
-    async def head(name: str, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-        ran[name] = time.monotonic()
-
-    worker = Worker(queue, concurrency=4, poll_interval=0.05, lease=3.0)
+    heads = Heads(postgres_dsn, postgres_schema)
+    store, head, ran = heads.store, heads.head, heads.at
+    worker = Worker(heads.queue, concurrency=4, poll_interval=0.05, lease=3.0)
     task = asyncio.create_task(worker.run())
     try:
-        await head.options(key="A").enqueue("A", 0.1)
-        await head.options(key="B").enqueue("B", 0.3)
-        await asyncio.sleep(0.05)
+        await heads.begin(("A", 0.1), ("B", 0.3))
         async with (
             await psycopg.AsyncConnection.connect(postgres_dsn) as long,
             await psycopg.AsyncConnection.connect(postgres_dsn) as short,
@@ -753,21 +762,13 @@ def test_put_off_outcomes_are_handed_in_on_a_second_event_loop_too(
 ) -> None:
     # The hand-ins' semaphore was made once, bound to the first loop that waited on
     # it: on the next loop (asyncio.run twice) the hand-in failed and was dropped.
-    store = PostgresBackend(postgres_dsn, schema=postgres_schema, pool_size=2)
-    queue = Queue(store)
-    ran: list[str] = []
-
-    @queue.job(name="head")
-    async def head(name: str, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-        ran.append(name)
+    heads = Heads(postgres_dsn, postgres_schema)
+    store, head, ran = heads.store, heads.head, heads.ran
 
     async def round_(a: str, b: str) -> None:
-        worker = Worker(queue, concurrency=4, poll_interval=0.05, lease=3.0)
+        worker = Worker(heads.queue, concurrency=4, poll_interval=0.05, lease=3.0)
         task = asyncio.create_task(worker.run())
-        await head.options(key=a).enqueue(a, 0.1)
-        await head.options(key=b).enqueue(b, 0.2)
-        await asyncio.sleep(0.05)
+        await heads.begin((a, 0.1), (b, 0.2))
         async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
             async with conn.transaction():
                 await head.options(key=a, connection=conn).enqueue(a + "2", 0)
