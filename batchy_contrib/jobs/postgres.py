@@ -65,7 +65,7 @@ from . import _postgres_runs as _runs
 from ._postgres_admin import PostgresOperating
 from ._postgres_later import PutOff
 from ._postgres_listen import Listener
-from ._postgres_push import PUSH, PostgresPushing
+from ._postgres_push import PUSH, PUSH_ONE, PostgresPushing
 from ._postgres_schema import Names, SchemaVersionError, ensure_async
 
 __all__ = ["PostgresBackend", "SchemaVersionError"]
@@ -154,7 +154,11 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         self._queues: set[str] = set()  # queue names noted by this process
         # Outcomes whose key a transaction held; their hand-ins keep half the pool free.
         self._put_off = PutOff(self._hand_in, self.pool_size // 2)
-        self._sql = {"push": self.names.sql(PUSH), "cycle": self.names.sql(_CYCLE)}
+        self._sql = {
+            "push": self.names.sql(PUSH),
+            "push_one": self.names.sql(PUSH_ONE),
+            "cycle": self.names.sql(_CYCLE),
+        }
 
     def __repr__(self) -> str:
         return f"<PostgresBackend schema={self.schema!r}>"
