@@ -44,16 +44,15 @@ from ._model import (
     Envelope,
     Info,
     JobStatus,
-    JSONSerializer,
     KeyInfo,
     Outcome,
     QueueInfo,
-    Serializer,
     WorkerInfo,
 )
 from ._queue import Periodic, Queue
 from ._records import JobInfo, JobPage, PeriodicInfo, RunInfo, ShardInfo, StoredJob
 from ._retry import DEFAULT_RETRIES, Backoff, NoRetry, Retry, sidekiq_backoff
+from ._serializer import JSONSerializer, Serializer
 from ._sharded import ShardedJob
 from ._sqlite import SQLiteBackend
 from ._worker import Worker

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _clock
 from ._errors import ConfigError, JobNotFound, JobStateError, PayloadError
-from ._model import Claimed, Info, KeyInfo, Message, Serializer, WorkerInfo, decode
+from ._model import Claimed, Info, KeyInfo, Message, WorkerInfo, decode
 from ._records import LIST_STATES, JobInfo, JobPage, PeriodicInfo, RunInfo, ShardInfo, StoredJob
+from ._serializer import Serializer
 from ._sharded import ShardedJob
 from ._ticks import PeriodicLike
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Generator
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, Protocol
 
 import batchy
 
 from ._errors import LeaseLost
 
-__all__ = ["Escaped", "JobScope", "guard"]
+__all__ = ["Escaped", "JobScope", "Runs", "guard"]
 
 P = ParamSpec("P")
 
@@ -39,19 +39,46 @@ class Escaped(Exception):
         self.error = error
 
 
+class Runs(Protocol):
+    """What a worker says of the runs it holds, each named by its claim ``(job id, token)``."""
+
+    def fresh(self, claim: tuple[str, str]) -> bool:
+        """False once the lease ran out (the job may be another worker's now)."""
+
+    def cancel_requested(self, claim: tuple[str, str]) -> bool:
+        """True once an operator cancelled the run."""
+
+    def stop_requested(self, claim: tuple[str, str]) -> bool:
+        """True once the worker stopped the run (it stops, or lost the lease)."""
+
+
 class JobScope(batchy.Scope):
-    """The scope of one run of a job; ``fresh()`` is false once the worker's lease ran out."""
+    """The scope of one run of a job: its claim, and what the worker says of that run.
 
-    __slots__ = ("fresh",)
+    The run's questions go to ``runs`` with the claim, rather than through
+    callables made for each run: a worker makes one scope per job it takes.
+    """
 
-    def __init__(self, name: str, fresh: Callable[[], bool] | None = None) -> None:
+    __slots__ = ("claim", "runs")
+
+    def __init__(self, name: str, claim: tuple[str, str], runs: Runs) -> None:
         super().__init__(name)
-        self.fresh = fresh
+        self.claim = claim
+        self.runs = runs
+
+    def fresh(self) -> bool:
+        return self.runs.fresh(self.claim)
+
+    def cancel_requested(self) -> bool:
+        return self.runs.cancel_requested(self.claim)
+
+    def stop_requested(self) -> bool:
+        return self.runs.stop_requested(self.claim)
 
 
 def _begin() -> None:
     scope = batchy.current_scope()
-    if type(scope) is JobScope and scope.fresh is not None and not scope.fresh():
+    if type(scope) is JobScope and not scope.fresh():
         raise LeaseLost("the lease ran out before the handler began")
 
 

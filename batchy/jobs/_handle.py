@@ -17,7 +17,8 @@ from ._errors import JobError
 
 if TYPE_CHECKING:
     from ._backend import Backend
-    from ._model import JobStatus, Message, Serializer
+    from ._model import JobStatus, Message
+    from ._serializer import Serializer
 
 __all__ = ["DeadJobError", "Handle", "ResultNotKept", "Running", "Store"]
 

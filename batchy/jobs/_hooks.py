@@ -13,11 +13,14 @@ from dataclasses import dataclass, field
 
 import batchy
 
+from ._frozen import quick_init
+
 __all__ = ["JobEvent", "JobHook", "emit", "log"]
 
 log = logging.getLogger("batchy.jobs")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class JobEvent:
     """A job is being enqueued, or started or finished on a worker.

@@ -73,17 +73,23 @@ class InFlight:
             return
         if cancelled:
             self._cancelled.add(claim)
-        cancel_requested = functools.partial(self._cancelled.__contains__, claim)
-        stop_requested = functools.partial(self._stopped.__contains__, claim)
-        # Checked again at the run's first step: a pause may fall in between.
-        scope = JobScope(f"job {job.id}", functools.partial(leases.fresh, claim))
-        run = run_job(
-            self.queue, job, self.hooks, self.worker, leases.lease, cancel_requested, scope,
-            stop_requested,
-        )  # fmt: skip
+        # Its lease is checked again at the run's first step: a pause may fall in between.
+        scope = JobScope(f"job {job.id}", claim, self)
+        run = run_job(self.queue, job, self.hooks, self.worker, leases.lease, scope)
         task = batchy.Task(run, run_job, True).start(scope)
         self._runs[claim] = task
         task.add_done_callback(functools.partial(self.finished, claim))
+
+    # What each run's scope asks (see JobScope).
+
+    def fresh(self, claim: Claim) -> bool:
+        return self.leases.fresh(claim)
+
+    def cancel_requested(self, claim: Claim) -> bool:
+        return claim in self._cancelled
+
+    def stop_requested(self, claim: Claim) -> bool:
+        return claim in self._stopped
 
     def cancel(self, claim: Claim) -> None:
         """An operator cancelled ``claim``: its run stops at its next await, as cancelled."""

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from ._errors import PayloadError
 from ._hooks import log
-from ._model import Claimed, Outcome, Serializer, decode
+from ._model import Claimed, Outcome, decode
+from ._serializer import Serializer
 
 __all__ = ["Claim", "Leases"]
 

@@ -2,9 +2,8 @@
 
 A store (a *backend*) never looks inside a payload: it keeps an id, a queue name
 and an opaque string. Everything about a job that the worker needs (its type,
-arguments, attempt count) is in the payload, encoded by a :class:`Serializer`,
-JSON by default. Pickle is never the default: a pickled payload in a shared
-store lets anyone who can write to it run code on every worker.
+arguments, attempt count) is in the payload, a :class:`Message` encoded by a
+serializer (:mod:`batchy.jobs._serializer`; JSON by default).
 """
 
 from __future__ import annotations
@@ -15,9 +14,11 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from ._errors import PayloadError, SerializationError
+from ._frozen import quick_init
+from ._serializer import Serializer
 
 __all__ = [
     "Claimed",
@@ -25,13 +26,11 @@ __all__ = [
     "DeadJob",
     "Envelope",
     "Info",
-    "JSONSerializer",
     "JobStatus",
     "KeyInfo",
     "Message",
     "Outcome",
     "QueueInfo",
-    "Serializer",
     "TRACEBACK_KEPT",
     "WorkerInfo",
     "decode",
@@ -49,29 +48,6 @@ TRACEBACK_KEPT = 8000
 def new_id() -> str:
     """A fresh job id (32 hex characters)."""
     return uuid.uuid4().hex
-
-
-class Serializer(Protocol):
-    """Turns a payload (dicts, lists, strings, numbers) into a string and back."""
-
-    def dumps(self, value: Any) -> str: ...
-
-    def loads(self, data: str) -> Any: ...
-
-
-class JSONSerializer:
-    """The default serializer: compact JSON, no NaN, nothing that needs a custom type."""
-
-    def dumps(self, value: Any) -> str:
-        return _encode(value)
-
-    def loads(self, data: str) -> Any:
-        return json.loads(data)
-
-
-# One encoder for every call: json.dumps with options builds an encoder per call,
-# which costs a short job more than its handler.
-_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 @dataclass(slots=True)
@@ -211,6 +187,7 @@ class Envelope:
     key: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A job a worker holds a lease on.
@@ -248,6 +225,7 @@ class Claims(list[Claimed]):
         self.cancel: list[tuple[str, str]] = list(cancel)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What became of a claimed job; a store applies many of them in one round trip.

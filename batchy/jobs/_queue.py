@@ -30,8 +30,9 @@ from ._errors import ConfigError, JobDefinitionError
 from ._handle import Handle
 from ._hooks import JobEvent, emit
 from ._job import JobCall, JobType, check_queue_name
-from ._model import DeadJob, Envelope, Info, JSONSerializer, Message, Serializer, encode
+from ._model import DeadJob, Envelope, Info, Message, encode
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
+from ._serializer import JSONSerializer, Serializer
 from ._sharded import SHARD_KEEP, ShardedJob
 from ._sqlite import SQLiteBackend
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import batchy
@@ -26,7 +26,8 @@ from ._failure import cancelled, describe, failed
 from ._guard import Escaped, JobScope
 from ._handle import Running
 from ._hooks import JobEvent, emit, log
-from ._model import Claimed, JSONSerializer, Message, Outcome, decode
+from ._model import Claimed, Message, Outcome, decode
+from ._serializer import JSONSerializer
 
 if TYPE_CHECKING:
     from ._hooks import JobHook
@@ -42,20 +43,19 @@ async def run_job(
     hooks: list[JobHook],
     worker: str,
     lease: float,
-    cancel_requested: Callable[[], bool],
     scope: JobScope,
-    stop_requested: Callable[[], bool],
 ) -> Outcome | None:
     """Run ``claimed`` to an outcome; a cancelled job raises ``CancelledError`` (shutdown).
 
     ``None`` when the worker lost the job's lease and its handler stopped
-    (:class:`LeaseLost`), or when ``fresh()`` says the lease ran out before the
-    handler began: the job belongs to another worker, whose word counts.
-    When ``cancel_requested()`` is true by the time the handler stops with an
-    exception, an operator cancelled the run: the outcome is the dead set, marked
-    cancelled, whatever the handler raised on its way out. When ``stop_requested()``
-    is true, the worker stopped the run (it stops, or lost the lease): its
-    ``CancelledError`` goes on up, and the job is released, not failed.
+    (:class:`LeaseLost`), or when ``scope.fresh()`` says the lease ran out before
+    the handler began: the job belongs to another worker, whose word counts.
+    When ``scope.cancel_requested()`` is true by the time the handler stops with
+    an exception, an operator cancelled the run: the outcome is the dead set, marked
+    cancelled, whatever the handler raised on its way out. When
+    ``scope.stop_requested()`` is true, the worker stopped the run (it stops, or
+    lost the lease): its ``CancelledError`` goes on up, and the job is released,
+    not failed.
     """
     start = time.perf_counter()
     try:
@@ -91,9 +91,9 @@ async def run_job(
     # A worker paused (or a loop blocked) since the claim must not begin a run the
     # store has given to another worker (see _guard, which checks again as the
     # handler begins); checked here too, so such a run emits no events.
-    fresh = scope.fresh
-    if fresh is not None and not fresh():
+    if not scope.fresh():
         return None
+    cancel_requested = scope.cancel_requested
     if cancel_requested():
         # Cancelled while it waited for a slot (claimed ahead): it never began.
         log.info("job %s %s cancelled by an operator before it began", message.id, message.job)
@@ -135,7 +135,7 @@ async def run_job(
             )  # fmt: skip
             emit(hooks, "job_finished", _finished(event, "cancelled", duration, exc))
             return outcome
-        if isinstance(exc, asyncio.CancelledError) and stop_requested():
+        if isinstance(exc, asyncio.CancelledError) and scope.stop_requested():
             duration = time.perf_counter() - start
             log.info("job %s %s released after %.3fs (shutdown)", message.id, message.job, duration)
             emit(hooks, "job_finished", _finished(event, "released", duration, None))

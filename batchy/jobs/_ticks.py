@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._cron import Schedule
 from ._job import JobType
-from ._model import Envelope, Message, Serializer, encode
+from ._model import Envelope, Message, encode
+from ._serializer import Serializer
 
 if TYPE_CHECKING:
     from ._backend import Backend

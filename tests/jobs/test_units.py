@@ -1,14 +1,31 @@
-"""Pure pieces: Sidekiq's backoff, cron schedules, queue weights, payload encoding."""
+"""Pure pieces: Sidekiq's backoff, cron schedules, queue weights, payload encoding, value classes."""
 
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import datetime as dt
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from batchy.jobs import Claimed, Cron, Every, JSONSerializer, PayloadError, parse_queues
+from batchy.jobs import (
+    Claimed,
+    Cron,
+    Every,
+    JobEvent,
+    JSONSerializer,
+    Outcome,
+    PayloadError,
+    parse_queues,
+)
 from batchy.jobs import sidekiq_backoff as backoff
+from batchy.jobs._frozen import quick_init
 from batchy.jobs._model import Message, decode, encode
 
 
@@ -90,3 +107,88 @@ def test_metadata_of_the_wrong_type_is_dropped_not_fatal(extra: str) -> None:
 def test_bad_payloads(payload: str) -> None:
     with pytest.raises(PayloadError, match="job bad on queue 'q'"):
         decode(Claimed("bad", "q", payload), JSONSerializer())
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=10,
+)
+
+
+def _read(read: Callable[[str], Any], text: str) -> tuple[str, Any]:
+    try:
+        return "value", read(text)
+    except ValueError as error:
+        return type(error).__name__, str(error)
+
+
+@given(
+    value=JSON,
+    before=st.sampled_from(["", " ", "\n\t"]),
+    after=st.sampled_from(["", " ", "x", "1", "}", ' {"a":1}']),
+)
+def test_the_serializer_reads_a_payload_as_json_loads_does(
+    value: Any, before: str, after: str
+) -> None:
+    """It calls json's scanner itself (a worker reads a payload per job): the same value
+    or the same error as json.loads, for spaces around the JSON and text after it."""
+    text = before + json.dumps(value) + after
+    assert _read(JSONSerializer().loads, text) == _read(json.loads, text)
+
+
+@given(text=st.text(max_size=20))
+def test_the_serializer_fails_on_what_is_not_json_as_json_loads_does(text: str) -> None:
+    assert _read(JSONSerializer().loads, text) == _read(json.loads, text)
+
+
+def test_a_quick_init_class_is_still_the_same_frozen_dataclass() -> None:
+    """Outcome, Claimed and JobEvent get a quicker __init__ (quick_init): the same
+    parameters, defaults and fresh default factories, still frozen and equal by value."""
+    before = dataclasses.dataclass(frozen=True, slots=True)(_Shape)
+    after = quick_init(dataclasses.dataclass(frozen=True, slots=True)(_Shape2))
+    assert str(inspect.signature(after)) == str(inspect.signature(before))
+    a, b = after("x"), after("x")
+    assert (a.name, a.size, a.tags) == ("x", 1, [])
+    assert a == b and a.tags is not b.tags and repr(a) == "_Shape2(name='x', size=1, tags=[])"
+    assert after("y", 2, ["t"]) == after(name="y", tags=["t"], size=2)
+    assert dataclasses.replace(a, size=3).size == 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.size = 2  # type: ignore[misc]
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'name'"):
+        after()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        after("x", colour=1)  # type: ignore[call-arg]
+    for cls in (Outcome, Claimed, JobEvent):
+        assert cls.__init__.__qualname__ == f"{cls.__name__}.__init__"
+    assert JobEvent("i", "j", "q", 1, "done").headers == {}
+
+
+def test_quick_init_refuses_a_class_it_would_change() -> None:
+    with pytest.raises(TypeError, match="not a frozen dataclass with slots"):
+        quick_init(dataclasses.dataclass(slots=True)(_Shape3))
+    with pytest.raises(TypeError, match="__post_init__ would not be called"):
+        quick_init(dataclasses.dataclass(frozen=True, slots=True)(_Checked))
+
+
+class _Checked:
+    name: str
+
+    def __post_init__(self) -> None:
+        raise AssertionError("never made")
+
+
+class _Shape:
+    name: str
+    size: int = 1
+    tags: list[str] = dataclasses.field(default_factory=list)
+
+
+class _Shape2:
+    name: str
+    size: int = 1
+    tags: list[str] = dataclasses.field(default_factory=list)
+
+
+class _Shape3:
+    name: str
