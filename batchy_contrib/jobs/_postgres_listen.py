@@ -7,7 +7,8 @@ new due time). A :class:`Listener` holds one connection that listens on the
 schema's channel and hands each notification to one waiting worker of the
 queue in this process; when none waits, the queue is remembered as *pending*
 and the next worker to wait on it returns at once, so a wake-up is never lost
-between a worker's cycle and its next wait.
+between a worker's cycle and its next wait. A worker whose cycle had no room for
+every ready job passes the wake-up on in the same way (:meth:`Listener.pass_on`).
 
 A lost connection (a restart, ``pg_terminate_backend``, a network cut) loses
 the notifications sent while it was down. The listener connects again (backing
@@ -120,6 +121,17 @@ class Listener:
                 else:
                     self._deliver(queue, due=kind == "d")
             await conn.execute("SELECT 1")  # a connection that died silently raises here
+
+    def pass_on(self, queues: Iterable[str]) -> None:
+        """A cycle of this process had no room for every ready job of ``queues``: their
+        wake-up goes on to another worker of this process (or waits for the next).
+
+        Other processes need none: each heard the NOTIFY that made the jobs ready.
+        It waits as a notification from this process's own connections does.
+        """
+        loop = asyncio.get_running_loop()
+        for queue in queues:
+            loop.call_later(OWN_DELAY, self._deliver, queue, False)
 
     def _deliver(self, queue: str, due: bool) -> None:
         if due:

@@ -20,7 +20,7 @@ from __future__ import annotations
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 7
+VERSION = 8
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -132,8 +132,11 @@ BEGIN
     INTO applied, gone, buried, woke;
     -- A retry sets a new due time and a release makes a job ready: wake its queue.
     FOREACH q IN ARRAY woke LOOP PERFORM {s}.wake(q, true); END LOOP;
-    RETURN QUERY SELECT 'r'::text, x, NULL::text, NULL::text, NULL::text FROM unnest(o_ids) x
-      WHERE NOT x = ANY(applied) AND NOT x = ANY(later);
+    -- (Usually every outcome was applied: then there is nothing to compare, id by id.)
+    IF cardinality(applied) + cardinality(later) < cardinality(o_ids) THEN
+      RETURN QUERY SELECT 'r'::text, x, NULL::text, NULL::text, NULL::text FROM unnest(o_ids) x
+        WHERE NOT x = ANY(applied) AND NOT x = ANY(later);
+    END IF;
     RETURN QUERY SELECT 'w'::text, x, NULL::text, NULL::text, NULL::text FROM unnest(later) x;
     IF buried > 0 THEN
       DELETE FROM {s}.dead WHERE died < t - p_dead_age;
@@ -159,22 +162,17 @@ BEGIN
       WITH c AS (
         UPDATE {s}.jobs j SET state = 1, owner = p_worker, lease = t + p_lease,
           retrying = false, token = tok
-        WHERE j.id IN (SELECT x.id FROM {s}.jobs x
+        -- By the locked rows' addresses: found again without a look-up of each id.
+        WHERE j.ctid = ANY(ARRAY(SELECT x.ctid FROM {s}.jobs x
                        WHERE x.queue = q AND x.state = 0 AND x.due <= t
-                       ORDER BY x.due, x.seq LIMIT p_limit - got FOR UPDATE SKIP LOCKED)
+                       ORDER BY x.due, x.seq LIMIT p_limit - got FOR UPDATE SKIP LOCKED))
         RETURNING j.id, j.queue, j.payload, j.due, j.seq)
       SELECT 'c'::text, c.id, c.queue, c.payload, tok FROM c ORDER BY c.due, c.seq;
     GET DIAGNOSTICS n = ROW_COUNT;
     got := got + n;
   END LOOP;
-  -- Full: ready jobs may be left that this worker had no room for; pass the wake-up on.
-  IF got >= p_limit THEN
-    FOREACH q IN ARRAY p_queues LOOP
-      IF EXISTS (SELECT 1 FROM {s}.jobs x WHERE x.queue = q AND x.state = 0 AND x.due <= t)
-      THEN PERFORM {s}.wake(q, false);
-      END IF;
-    END LOOP;
-  END IF;
+  -- (A cycle that had no room for every ready job passes its wake-up on in its
+  -- own process: every process hears each NOTIFY, so no other needs one.)
   IF p_prune > 0 THEN
     -- Expired rows go in batches: no cycle ever holds a long delete.
     DELETE FROM {s}.results x WHERE x.ctid = ANY(ARRAY(
@@ -232,6 +230,10 @@ _JSON_OUTCOMES = """
 DROP FUNCTION IF EXISTS {s}.cycle(text[], text[], text[], text[], text[], float8[], text[],
   float8[], text[], text[], text[], int, text, float8, int, float8, int);
 """
+
+# Version 8 (the cycle only): claims find their rows by address; outcomes that
+# were all applied skip the comparison; the wake-up of a full cycle is passed on
+# by the client (see _postgres_listen), no longer NOTIFYed to every process.
 
 # Version 7: a cycle need not wait for an ordering key held by an open
 # transaction (try_lock_keys; 'w' rows; p_wait says when it does).
@@ -429,4 +431,5 @@ MIGRATIONS: dict[int, str] = {
     4: _DONE_JOBS + _CYCLE,
     5: _JSON_OUTCOMES + _CYCLE,
     6: _TRY_LOCKS + _CYCLE,
+    7: _CYCLE,
 }

@@ -267,10 +267,14 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         # rather than whichever connection happens to be quicker.
         # A worker listens before its first look at the store: nothing pushed
         # after that look goes unheard.
-        await self._listening()
+        listener = await self._listening()
         async with self._cycling:
             rows = await self._all(self._sql["cycle"], params)
         claims = Claims(Claimed(i, q, p, t) for kind, i, q, p, t in rows if kind == "c")
+        if claims and len(claims) >= limit:
+            # No room for all: the queue it stopped in and those after it may hold
+            # ready jobs (the queues before it were emptied first).
+            listener.pass_on(queues[list(queues).index(claims[-1].queue) :])
         claims.refused = [i for kind, i, _, _, _ in rows if kind == "r"]
         claims.cancel = [(i, t) for kind, i, _, _, t in rows if kind == "x"]
         later = {i for kind, i, _, _, _ in rows if kind == "w"}
