@@ -53,19 +53,37 @@ class Tally(JobHook, batchy.Hook):
     """
 
     def __init__(self) -> None:
-        self._counts: Counts = {}
+        self._counts: Counts = {}  # minutes before this one, and what a failed write kept
+        # This minute's counters by name alone: no (minute, name) key made per job.
+        self._minute = -1
+        self._now: dict[str, int] = {}
         # The stats of this worker's running jobs (JobEvent.stats), by identity:
         # a batch call counts when one of the scopes it served is one of theirs.
         self._running: set[batchy.ScopeStats] = set()
         self._failing = False  # the last write failed (logged once until one succeeds)
-        self._named: dict[tuple[str, str], tuple[str, str]] = {}
+        # The counter names of each queue and job type, made once, not per job.
+        self._queue_names: dict[str, tuple[str, str]] = {}
+        self._job_names: dict[str, tuple[str, str]] = {}
 
     def __repr__(self) -> str:
-        return f"<batchy.jobs Tally counters={len(self._counts)} running={len(self._running)}>"
+        counters = len(self._counts) + len(self._now)
+        return f"<batchy.jobs Tally counters={counters} running={len(self._running)}>"
 
     def _add(self, minute: int, name: str, amount: int) -> None:
         key = (minute, name)
         self._counts[key] = self._counts.get(key, 0) + amount
+
+    def _this_minute(self) -> dict[str, int]:
+        minute = minute_of(_clock.now())
+        if minute != self._minute:
+            self._fold()
+            self._minute = minute
+        return self._now
+
+    def _fold(self) -> None:
+        for name, amount in self._now.items():
+            self._add(self._minute, name, amount)
+        self._now = {}
 
     def job_started(self, event: JobEvent) -> None:
         if event.stats is not None:
@@ -77,32 +95,27 @@ class Tally(JobHook, batchy.Hook):
             self._running.discard(stats)
         if not event.ends_attempt:
             return
-        minute = minute_of(_clock.now())
-        processed, failed = self._names(event.queue, "processed:", "failed:")
-        self._add(minute, processed, 1)
+        now = self._this_minute()
+        processed, failed = _names(self._queue_names, event.queue, "processed:", "failed:")
+        now[processed] = now.get(processed, 0) + 1
         if event.outcome in ("retry", "dead"):  # an operator's cancel is not a failure
-            self._add(minute, failed, 1)
+            now[failed] = now.get(failed, 0) + 1
         if stats is not None:
-            jobs, rounds = self._names(event.job, "jobs:", "rounds:")
-            self._add(minute, jobs, 1)
-            self._add(minute, rounds, stats.rounds)
-
-    def _names(self, label: str, first: str, second: str) -> tuple[str, str]:
-        # The counter names of a queue or job type, made once, not per job.
-        names = self._named.get((first, label))
-        if names is None:
-            names = self._named[(first, label)] = (first + label, second + label)
-        return names
+            jobs, rounds = _names(self._job_names, event.job, "jobs:", "rounds:")
+            now[jobs] = now.get(jobs, 0) + 1
+            now[rounds] = now.get(rounds, 0) + stats.rounds
 
     def batch_flushed(self, event: batchy.BatchEvent) -> None:
         running = self._running
         if running and any(s.stats in running for s in event.scopes):
-            minute = minute_of(_clock.now())
-            self._add(minute, f"calls:{event.loader}", 1)
-            self._add(minute, f"keys:{event.loader}", len(event.keys))
+            now = self._this_minute()
+            calls, keys = f"calls:{event.loader}", f"keys:{event.loader}"
+            now[calls] = now.get(calls, 0) + 1
+            now[keys] = now.get(keys, 0) + len(event.keys)
 
     def take(self) -> Counts:
         """The counters since the last take, which start again from zero."""
+        self._fold()
         counts, self._counts = self._counts, {}
         return counts
 
@@ -129,6 +142,15 @@ class Tally(JobHook, batchy.Hook):
             self._failing = True
         else:
             self._failing = False
+
+
+def _names(
+    named: dict[str, tuple[str, str]], label: str, first: str, second: str
+) -> tuple[str, str]:
+    names = named.get(label)
+    if names is None:
+        names = named[label] = (first + label, second + label)
+    return names
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,8 +114,10 @@ async def run_job(
         emit(hooks, "job_started", event)
     failure: BaseException | None = None
     try:
-        running = Running(queue, message, worker, lease, claimed.token)
-        result = await _call(job, message, running, scope)
+        args: Sequence[Any] = message.args
+        if job.takes_running:  # the handle is made only for the handlers that take it
+            args = (Running(queue, message, worker, lease, claimed.token), *args)
+        result = await _call(job, message, args, scope)
     except LeaseLost as lost:
         # Not a warning here: the worker logs each lost lease once, whichever of a
         # heartbeat, a progress save or an outcome found it first.
@@ -174,11 +176,10 @@ def _finished(
 
 
 async def _call(
-    job: JobType[Any, Any], message: Message, running: Running, scope: batchy.Scope
+    job: JobType[Any, Any], message: Message, args: Sequence[Any], scope: batchy.Scope
 ) -> Any:
     try:
         with scope:
-            args = (running, *message.args) if job.takes_running else message.args
             if job.timeout is None:
                 return await _handler(job, args, message.kwargs)
             deadline = asyncio.timeout(job.timeout)

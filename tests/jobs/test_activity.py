@@ -9,7 +9,7 @@ import time
 import pytest
 
 import batchy
-from batchy.jobs import COUNTS_KEPT, Activity, Backend, MemoryBackend, Queue
+from batchy.jobs import COUNTS_KEPT, Activity, Backend, JobEvent, MemoryBackend, Queue
 from batchy.jobs._activity import Tally, minute_of
 
 from .conftest import fast_worker
@@ -142,6 +142,44 @@ async def test_a_failed_write_is_kept_for_the_next(caplog: pytest.LogCaptureFixt
     assert await store.read_counts(minute, time.time()) == {(minute, "processed:q"): 3}
     await tally.flush(store)  # nothing new: no write at all
     assert await store.read_counts(minute, time.time()) == {(minute, "processed:q"): 3}
+
+
+def test_counts_of_jobs_fall_in_the_minute_each_ended_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tally counts the current minute by name alone and files it under its minute
+    when the next one begins, or at a take; a failed write's counts join them."""
+    from batchy.jobs import _clock
+
+    clock = [600.0]  # minute 10
+    monkeypatch.setattr(_clock, "now", lambda: clock[0])
+    tally = Tally()
+    stats = batchy.ScopeStats()
+    stats.rounds = 2
+
+    def ended(outcome: str, queue: str = "q") -> None:
+        tally.job_finished(JobEvent("i", "send", queue, 1, outcome, stats=stats))
+
+    ended("done")
+    ended("retry")
+    ended("lost")  # ends no attempt: not counted
+    tally._add(9, "processed:q", 4)  # a failed write's, given back
+    clock[0] = 660.5  # minute 11
+    ended("dead", "mail")
+    assert tally.take() == {
+        (9, "processed:q"): 4,
+        (10, "processed:q"): 2,
+        (10, "failed:q"): 1,
+        (10, "jobs:send"): 2,
+        (10, "rounds:send"): 4,
+        (11, "processed:mail"): 1,
+        (11, "failed:mail"): 1,
+        (11, "jobs:send"): 1,
+        (11, "rounds:send"): 2,
+    }
+    assert tally.take() == {}
+    ended("done")  # still minute 11, after a take
+    assert tally.take() == {(11, "processed:q"): 1, (11, "jobs:send"): 1, (11, "rounds:send"): 2}
 
 
 def test_activity_reads_series_oldest_first() -> None:
