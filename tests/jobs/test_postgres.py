@@ -83,9 +83,7 @@ async def test_a_full_cycle_passes_its_wake_up_on_in_its_process_without_a_notif
     heard = await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True)
     try:
         await heard.execute(f'LISTEN "{store.names.channel}"')
-        waits = {
-            w: asyncio.ensure_future(store.wait_for_work(w, ["default"], 10.0)) for w in "ab"
-        }
+        waits = {w: asyncio.ensure_future(store.wait_for_work(w, ["default"], 10.0)) for w in "ab"}
         await asyncio.sleep(0.2)  # both wait
         await store.push(envelopes(3), time.time())  # one transaction: one NOTIFY
         done, _ = await asyncio.wait(waits.values(), return_when=asyncio.FIRST_COMPLETED)
