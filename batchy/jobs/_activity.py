@@ -66,7 +66,7 @@ class Tally(JobHook, batchy.Hook):
         self._job_names: dict[str, tuple[str, str]] = {}
 
     def __repr__(self) -> str:
-        counters = len(self._counts) + len(self._now)
+        counters = len(self._counts.keys() | {(self._minute, name) for name in self._now})
         return f"<batchy.jobs Tally counters={counters} running={len(self._running)}>"
 
     def _add(self, minute: int, name: str, amount: int) -> None:

@@ -13,6 +13,7 @@ equal by value, with the same parameters and defaults).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, TypeVar
 
 __all__ = ["quick_init"]
@@ -53,11 +54,18 @@ def quick_init(cls: type[T]) -> type[T]:
         else:
             signature.append(f.name)
         body.append(f"_set_{f.name}(self, {f.name})")
-    source = f"def __init__(self, {', '.join(signature)}):\n" + "".join(
-        f"    {line}\n" for line in body
+    # Made as dataclasses make theirs: in the class's module (its annotations,
+    # strings, resolve there: typing.get_type_hints), the helpers in a closure.
+    helpers = ", ".join(env)
+    source = (
+        f"def __make__({helpers}):\n"
+        f"  def __init__(self, {', '.join(signature)}):\n"
+        + "".join(f"    {line}\n" for line in body)
+        + "  return __init__\n"
     )
-    exec(source, env)  # as dataclasses itself makes __init__: one function, no loop per call
-    init = env["__init__"]
+    made: dict[str, Any] = {}
+    exec(source, sys.modules[cls.__module__].__dict__, made)  # one function, no loop per call
+    init = made["__make__"](**env)
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     init.__doc__ = cls.__init__.__doc__

@@ -35,8 +35,9 @@ _CHURN = (
 # REPLACE): keep it working on the tables of every version it migrates from.
 _CYCLE = """
 -- Outcomes in, claims out: rows ('c', id, queue, payload, token) for claims,
--- ('r', id) for refused outcomes and ('x', id, token) for the claims of this worker
--- an operator cancelled. Only rows whose token still holds are touched.
+-- ('r', id) for refused outcomes, ('x', id, token) for the claims of this worker
+-- an operator cancelled and ('m', NULL, queue) for queues with ready jobs left.
+-- Only rows whose token still holds are touched.
 -- p_outcomes is a JSON array of [kind, id, token, queue, payload, offset, result,
 -- keep, reason, traceback]: one parameter the client writes in one C call, where
 -- ten text arrays cost it more than the rest of a no-op job.
@@ -162,17 +163,27 @@ BEGIN
       WITH c AS (
         UPDATE {s}.jobs j SET state = 1, owner = p_worker, lease = t + p_lease,
           retrying = false, token = tok
-        -- By the locked rows' addresses: found again without a look-up of each id.
-        WHERE j.ctid = ANY(ARRAY(SELECT x.ctid FROM {s}.jobs x
+        -- By id, not by the locked rows' addresses (ctid): a row updated after this
+        -- statement's snapshot is locked in its newest version, which a look-up
+        -- by address does not see, so it would stay locked and unclaimed.
+        WHERE j.id IN (SELECT x.id FROM {s}.jobs x
                        WHERE x.queue = q AND x.state = 0 AND x.due <= t
-                       ORDER BY x.due, x.seq LIMIT p_limit - got FOR UPDATE SKIP LOCKED))
+                       ORDER BY x.due, x.seq LIMIT p_limit - got FOR UPDATE SKIP LOCKED)
         RETURNING j.id, j.queue, j.payload, j.due, j.seq)
       SELECT 'c'::text, c.id, c.queue, c.payload, tok FROM c ORDER BY c.due, c.seq;
     GET DIAGNOSTICS n = ROW_COUNT;
     got := got + n;
   END LOOP;
-  -- (A cycle that had no room for every ready job passes its wake-up on in its
-  -- own process: every process hears each NOTIFY, so no other needs one.)
+  -- Full: ready jobs may be left that this worker had no room for. ('m', queue)
+  -- rows name their queues, and the caller passes the wake-up on in its own
+  -- process: every other process heard the NOTIFY that made them ready.
+  IF got >= p_limit THEN
+    FOREACH q IN ARRAY p_queues LOOP
+      IF EXISTS (SELECT 1 FROM {s}.jobs x WHERE x.queue = q AND x.state = 0 AND x.due <= t)
+      THEN RETURN QUERY SELECT 'm'::text, NULL::text, q, NULL::text, NULL::text;
+      END IF;
+    END LOOP;
+  END IF;
   IF p_prune > 0 THEN
     -- Expired rows go in batches: no cycle ever holds a long delete.
     DELETE FROM {s}.results x WHERE x.ctid = ANY(ARRAY(
@@ -231,9 +242,10 @@ DROP FUNCTION IF EXISTS {s}.cycle(text[], text[], text[], text[], text[], float8
   float8[], text[], text[], text[], int, text, float8, int, float8, int);
 """
 
-# Version 8 (the cycle only): claims find their rows by address; outcomes that
-# were all applied skip the comparison; the wake-up of a full cycle is passed on
-# by the client (see _postgres_listen), no longer NOTIFYed to every process.
+# Version 8 (the cycle only): outcomes that were all applied skip the id-by-id
+# comparison; a full cycle names the queues with ready jobs left ('m' rows) and
+# its caller passes the wake-up on (see _postgres_listen), where it NOTIFYed
+# every process.
 
 # Version 7: a cycle need not wait for an ordering key held by an open
 # transaction (try_lock_keys; 'w' rows; p_wait says when it does).

@@ -271,10 +271,9 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         async with self._cycling:
             rows = await self._all(self._sql["cycle"], params)
         claims = Claims(Claimed(i, q, p, t) for kind, i, q, p, t in rows if kind == "c")
-        if claims and len(claims) >= limit:
-            # No room for all: the queue it stopped in and those after it may hold
-            # ready jobs (the queues before it were emptied first).
-            listener.pass_on(queues[list(queues).index(claims[-1].queue) :])
+        more = [q for kind, _, q, _, _ in rows if kind == "m"]
+        if more:  # no room for all of their ready jobs: their wake-up goes on
+            listener.pass_on(more)
         claims.refused = [i for kind, i, _, _, _ in rows if kind == "r"]
         claims.cancel = [(i, t) for kind, i, _, _, t in rows if kind == "x"]
         later = {i for kind, i, _, _, _ in rows if kind == "w"}

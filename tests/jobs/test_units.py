@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import inspect
 import json
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -161,6 +162,10 @@ def test_a_quick_init_class_is_still_the_same_frozen_dataclass() -> None:
         after("x", colour=1)  # type: ignore[call-arg]
     for cls in (Outcome, Claimed, JobEvent):
         assert cls.__init__.__qualname__ == f"{cls.__name__}.__init__"
+        # Its annotations resolve in the class's module, as a dataclass's do.
+        hints = typing.get_type_hints(cls.__init__)
+        assert set(hints) == {f.name for f in dataclasses.fields(cls)} | {"return"}
+        assert inspect.signature(cls, eval_str=True).parameters["id"].annotation is str
     assert JobEvent("i", "j", "q", 1, "done").headers == {}
 
 
