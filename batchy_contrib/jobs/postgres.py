@@ -270,13 +270,21 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         listener = await self._listening()
         async with self._cycling:
             rows = await self._all(self._sql["cycle"], params)
-        claims = Claims(Claimed(i, q, p, t) for kind, i, q, p, t in rows if kind == "c")
-        more = [q for kind, _, q, _, _ in rows if kind == "m"]
+        # One pass over the rows, by kind (see the cycle function in _postgres_sql).
+        claims, more, later = Claims(), [], set()
+        for kind, i, q, p, t in rows:
+            if kind == "c":
+                claims.append(Claimed(i, q, p, t))
+            elif kind == "r":
+                claims.refused.append(i)
+            elif kind == "x":
+                claims.cancel.append((i, t))
+            elif kind == "w":
+                later.add(i)
+            elif kind == "m":
+                more.append(q)
         if more:  # no room for all of their ready jobs: their wake-up goes on
             listener.pass_on(more)
-        claims.refused = [i for kind, i, _, _, _ in rows if kind == "r"]
-        claims.cancel = [(i, t) for kind, i, _, _, t in rows if kind == "x"]
-        later = {i for kind, i, _, _, _ in rows if kind == "w"}
         if later:
             self._put_off.add(worker, [o for o in given if o.id in later], lease)
         return claims
