@@ -270,7 +270,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         listener = await self._listening()
         async with self._cycling:
             rows = await self._all(self._sql["cycle"], params)
-        # One pass over the rows, by kind (see the cycle function in _postgres_sql).
+        # One pass over the rows, by kind (see the cycle function in _postgres_cycle).
         claims, more, later = Claims(), [], set()
         for kind, i, q, p, t in rows:
             if kind == "c":
@@ -336,7 +336,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         saved = await self._one(
             self.names.sql(
                 "UPDATE {s}.jobs SET payload = %s, lease = {s}.clock() + %s "
-                "WHERE id = %s AND state = 1 AND token = %s RETURNING 1"
+                "WHERE id = %s AND token = %s RETURNING 1"  # by token: see _postgres_cycle
             ),
             (payload, lease, job_id, token),
         )

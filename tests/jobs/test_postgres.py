@@ -221,7 +221,7 @@ async def test_the_schema_is_versioned_made_once_and_refuses_a_newer_one(
     await again.close()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         version = f'SELECT version FROM "{postgres_schema}".version'
-        assert conn.execute(version).fetchall() == [(8,)]
+        assert conn.execute(version).fetchall() == [(9,)]
         conn.execute(f'UPDATE "{postgres_schema}".version SET version = 99')
     newer = PostgresBackend(postgres_dsn, schema=postgres_schema)
     with pytest.raises(SchemaVersionError, match="of version 99, newer than this release"):
@@ -247,12 +247,18 @@ async def test_a_store_whose_step_fails_says_so_at_once_not_after_the_pools_time
 async def test_a_version_1_schema_is_migrated_to_the_current_one(
     store: PostgresBackend, postgres_dsn: str, postgres_schema: str
 ) -> None:
-    await store.migrate()
+    await store.push(envelopes(2), time.time())
+    await store.cycle([], ["default"], 1, "w", 60.0, time.time())  # one waits, one runs
     await store.close()
     schema = f'"{postgres_schema}"'
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         # Back to what version 1 had: no cancels, no index of blocked jobs, no counts,
-        # no runs, results without what the job was.
+        # no runs, results without what the job was, no check of claims' tokens, a
+        # heartbeat that said state = 1.
+        conn.execute(f"ALTER TABLE {schema}.jobs DROP CONSTRAINT jobs_claimed")
+        conn.execute(f"CREATE OR REPLACE FUNCTION {schema}.heartbeat(p_worker text, p_info text, "
+                     "p_lease float8, p_ids text[], p_tokens text[]) RETURNS SETOF text "
+                     "LANGUAGE sql AS $$ SELECT 'j.state = 1' $$")  # fmt: skip
         conn.execute(f"DROP TABLE {schema}.cancels; DROP INDEX {schema}.jobs_blocked")
         conn.execute(f"DROP TABLE {schema}.counts; DROP TABLE {schema}.runs")
         conn.execute(
@@ -270,7 +276,7 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
     await again.migrate()
     await again.close()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        assert conn.execute(f"SELECT version FROM {schema}.version").fetchall() == [(8,)]
+        assert conn.execute(f"SELECT version FROM {schema}.version").fetchall() == [(9,)]
         steps = conn.execute(
             "SELECT pg_get_function_identity_arguments(p.oid), p.prosrc FROM pg_proc p "
             "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s "
@@ -279,6 +285,18 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
         ).fetchall()
         assert len(steps) == 1 and steps[0][0].startswith("p_outcomes jsonb")
         assert "'m'::text" in steps[0][1]  # version 8's step
+        assert "j.id = ANY(ARRAY(SELECT x.id" in steps[0][1]  # version 9's
+        beat = conn.execute(
+            "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s AND p.proname = 'heartbeat'",
+            (postgres_schema,),
+        ).fetchall()
+        assert len(beat) == 1 and "j.token = h.token RETURNING" in beat[0][0]
+        # The check holds the rows that were there, and every write from now on.
+        with pytest.raises(psycopg.errors.CheckViolation, match="jobs_claimed"):
+            conn.execute(f"UPDATE {schema}.jobs SET state = 0 WHERE state = 1")
+        with pytest.raises(psycopg.errors.CheckViolation, match="jobs_claimed"):
+            conn.execute(f"UPDATE {schema}.jobs SET token = 'x' WHERE state = 0")
         assert conn.execute(f"SELECT count(*) FROM {schema}.cancels").fetchall() == [(0,)]
         assert conn.execute(f"SELECT count(*) FROM {schema}.counts").fetchall() == [(0,)]
         assert conn.execute(f"SELECT count(*) FROM {schema}.runs").fetchall() == [(0,)]

@@ -1,0 +1,123 @@
+"""The PostgreSQL store's statements do work in proportion to their own jobs, whatever ANALYZE saw.
+
+The planner picks a plan from the table's statistics, and a queue's statistics
+are a snapshot of a table that churns: taken while nothing ran, they say no job
+is running. A statement that names ``state = 1`` may then read its jobs through
+the partial index of every running job (``jobs_lease``) and compare each with
+each outcome: work that grows with all the jobs the other workers run. These
+tests run the store's steps under ``auto_explain`` and count the rows every plan
+node produced and dropped, with statistics taken before and after other workers
+claimed most of the table.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from batchy.jobs import Claimed, Envelope, Outcome, WorkerInfo
+from batchy_contrib.jobs.postgres import PostgresBackend
+
+pytestmark = pytest.mark.timeout(120)
+
+N = 20_000  # jobs in the table
+OTHERS = 10_000  # of them, run by other workers meanwhile
+OWN = 100  # claimed by the worker under test
+
+_NODE = re.compile(r"\(actual (?:time=\S+ )?rows=(\d+) loops=(\d+)\)")
+_REMOVED = re.compile(r"Rows Removed by (?:Join )?Filter: (\d+)")
+
+
+def work(plans: list[str]) -> int:
+    """Rows every node of ``plans`` produced or dropped, over all of its loops."""
+    total = 0
+    for plan in plans:
+        loops = 1
+        for line in plan.splitlines():
+            if node := _NODE.search(line):
+                loops = int(node[2])
+                total += int(node[1]) * loops
+            elif removed := _REMOVED.search(line):
+                total += int(removed[1]) * loops  # shown per loop
+    return total
+
+
+def analyze(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'ANALYZE "{schema}".jobs')
+
+
+class Explained(PostgresBackend):
+    """The store, its connections logging the plan (with counts) of every statement."""
+
+    plans: list[str]
+
+    async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        conn.add_notice_handler(lambda d: self.plans.append(d.message_primary or ""))
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_analyze = on",
+            "SET auto_explain.log_timing = off",
+            "SET auto_explain.log_level = notice",
+            "SET client_min_messages = notice",
+        ):
+            await conn.execute(setting)
+        await super()._configure(conn)
+
+
+def outcomes(claims: list[Claimed]) -> list[Outcome]:
+    return [Outcome(c.id, "done", result="null", keep=3600.0, token=c.token) for c in claims]
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["no keys", "ordering keys"])
+@pytest.mark.parametrize("analyzed", ["before others claim", "while others run"])
+async def test_the_worker_steps_read_their_own_jobs_not_every_running_one(
+    postgres_dsn: str, postgres_schema: str, analyzed: str, keyed: bool
+) -> None:
+    """Plans that grew with the others' running jobs (a scan of ``jobs_lease`` per
+    outcome, 650,000 rows for a turn of 100) fail; so would a scan of the table."""
+    store = Explained(postgres_dsn, schema=postgres_schema)
+    store.plans = []
+    now = time.time
+    try:
+        # With keys, a third of them two jobs per key: the second waits behind the
+        # first (state 2).
+        pushed = [
+            Envelope(f"job{i:05d}", "default", "{}", key=f"k{i % (N * 3 // 4)}" if keyed else None)
+            for i in range(N)
+        ]
+        for i in range(0, N, 1000):
+            await store.push(pushed[i : i + 1000], now())
+        if analyzed == "before others claim":
+            analyze(postgres_dsn, postgres_schema)
+        for _ in range(OTHERS // 100):
+            await store.cycle([], ["default"], 100, "others", 60.0, now())
+        if analyzed == "while others run":
+            analyze(postgres_dsn, postgres_schema)
+        mine = await store.cycle([], ["default"], OWN, "w", 60.0, now())
+
+        store.plans.clear()
+        again = await store.cycle(outcomes(mine), ["default"], OWN, "w", 60.0, now())
+        assert len(mine) == len(again) == OWN and not again.refused
+        # A turn hands in OWN outcomes and claims OWN jobs: a row counts once per
+        # plan node it passes (about 20 times); a pass over the others' jobs, or
+        # over the table, adds 10,000 or more.
+        assert work(store.plans) < 40 * OWN, store.plans
+
+        store.plans.clear()
+        info = WorkerInfo("w", "host", 1, ("default",), OWN)
+        lost = await store.heartbeat(info, [(c.id, c.token) for c in again], 60.0, now())
+        assert lost == []
+        assert work(store.plans) < 20 * OWN, store.plans
+
+        store.plans.clear()
+        assert await store.save_progress(again[0].id, again[0].token, "{}", 60.0, now())
+        assert work(store.plans) < 10, store.plans
+    finally:
+        await store.close()
