@@ -103,3 +103,43 @@ def test_jobs_pushed_one_by_one_are_stored_as_the_same_jobs_pushed_together(
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             for s in schemas:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{s}" CASCADE')
+
+
+async def test_a_push_of_more_keys_than_the_lock_table_holds_says_how_to_enqueue_them(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """Each ordering key stays locked until the push's transaction ends; 20,000 of
+    them at once overflow the server's lock table (64 per connection by default)."""
+    from batchy.jobs import ConfigError
+
+    store = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    many = [Envelope(f"j{i}", "default", "{}", key=f"k{i}") for i in range(20_000)]
+    expected = (
+        r"PostgresBackend schema='batchy_test_\w+'>: enqueueing 20000 jobs with 20000 distinct "
+        r"ordering keys in one transaction ran out of PostgreSQL's lock table \(each key stays "
+        r"locked until the transaction ends\); {}\. Enqueue jobs with ordering keys in batches "
+        r"of at most a few hundred keys, or raise the server's max_locks_per_transaction"
+    )
+    jobs = f'SELECT count(*) FROM "{postgres_schema}".jobs'
+    try:
+        with pytest.raises(ConfigError, match=expected.format("nothing was enqueued")):
+            await store.push(many, time.time())
+        with pytest.raises(ConfigError, match=expected.format("nothing was enqueued")):
+            await asyncio.to_thread(store.push_sync, many, time.time())
+        roll_back = expected.format("the application's transaction is aborted: roll it back")
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as app:
+            with pytest.raises(ConfigError, match=roll_back):
+                await store.push(many, time.time(), connection=app)
+            await app.rollback()
+        with psycopg.connect(postgres_dsn) as app_sync:
+            with pytest.raises(ConfigError, match=roll_back):
+                await asyncio.to_thread(store.push_sync, many, time.time(), connection=app_sync)
+            app_sync.rollback()
+            assert app_sync.execute(jobs).fetchone() == (0,)
+        # In batches of a few hundred keys, all of them go in.
+        for i in range(0, len(many), 500):
+            assert all(await store.push(many[i : i + 500], time.time()))
+        with psycopg.connect(postgres_dsn) as conn:
+            assert conn.execute(jobs).fetchone() == (20_000,)
+    finally:
+        await store.close()
