@@ -136,11 +136,12 @@ BEGIN
     IF array_length(gone, 1) > 0 THEN PERFORM {s}.advance(gone, t); END IF;
   END IF;
   -- An expired lease means its worker died or stalled: give the job back, once
-  -- (SKIP LOCKED: two cycles never wait on each other for the same rows).
+  -- (SKIP LOCKED: two cycles never wait on each other for the same rows; an
+  -- array of ids, as for claims below, so no plan scans the table for them).
   FOR r IN UPDATE {s}.jobs j SET state = 0, owner = NULL, lease = NULL, token = NULL
-      WHERE j.id IN (SELECT x.id FROM {s}.jobs x WHERE x.state = 1 AND x.lease < t
-                     ORDER BY x.lease LIMIT 1000 FOR UPDATE SKIP LOCKED)
-        AND j.state = 1 AND j.lease < t
+      WHERE j.id = ANY(ARRAY(SELECT x.id FROM {s}.jobs x WHERE x.state = 1 AND x.lease < t
+                             ORDER BY x.lease LIMIT 1000 FOR UPDATE SKIP LOCKED))
+        AND j.lease < t  -- (only a claimed job has a lease: no state = 1, see above)
       RETURNING j.queue LOOP
     PERFORM {s}.wake(r.queue, false);
   END LOOP;

@@ -7,8 +7,9 @@ store. Every time they compare or store is the server's (``clock()``:
 ``clock_timestamp()`` as Unix seconds); a time a worker hands in
 arrives as an offset from the moment it was sent.
 
-``{s}`` is the quoted schema, ``{chan}`` the NOTIFY channel (a string literal)
-and ``{space}`` the advisory lock space of the schema's ordering keys.
+``{s}`` is the quoted schema, ``{chan}`` the NOTIFY channel (a string literal),
+``{space}`` the advisory lock space of the schema's ordering keys and ``{keys}``
+the one lock over all of them.
 
 Versions: :data:`VERSION` is the schema this release writes. A later release
 that changes it appends to :data:`MIGRATIONS` the statements that take a schema
@@ -74,25 +75,61 @@ DROP FUNCTION IF EXISTS {s}.cycle(text[], text[], text[], text[], text[], float8
   float8[], text[], text[], text[], int, text, float8, int, float8, int);
 """
 
-# Version 7: a cycle need not wait for an ordering key held by an open
-# transaction (try_lock_keys; 'w' rows; p_wait says when it does).
-_TRY_LOCKS = """
-DROP FUNCTION IF EXISTS {s}.cycle(jsonb, text[], int, text, float8, int, float8, int);
+# Ordering keys change heads under a per-key lock taken before any read of the
+# key, in sorted order (no deadlocks): a push that sees the head (and waits behind
+# it) and the cycle that removes the head never pass each other. Each lock is
+# held until the transaction ends, and the server's lock table has room for
+# max_locks_per_transaction (64 by default) per connection, shared by all: a push
+# of thousands of keys would overflow it ("out of shared memory"). So every key
+# lock is taken under a shared lock of all the schema's keys ({keys}), and a step
+# with more than 64 keys takes that one exclusively instead of key by key.
+# Version 9 (and the current text of version 7's try_lock_keys).
+KEY_LOCKS = """
+CREATE OR REPLACE FUNCTION {s}.lock_keys(p_keys text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+  keys text[] := ARRAY(SELECT DISTINCT x FROM unnest(p_keys) x WHERE x IS NOT NULL ORDER BY x);
+  k text;
+BEGIN
+  IF cardinality(keys) > 64 THEN
+    PERFORM pg_advisory_xact_lock({keys});
+  ELSIF cardinality(keys) > 0 THEN
+    PERFORM pg_advisory_xact_lock_shared({keys});
+    FOREACH k IN ARRAY keys LOOP PERFORM pg_advisory_xact_lock({space}, hashtext(k)); END LOOP;
+  END IF;
+END $$;
 -- The keys of p_keys that could not be locked now (each one taken is held until
 -- the transaction ends, as lock_keys'; none is waited for, so none can deadlock).
 CREATE OR REPLACE FUNCTION {s}.try_lock_keys(p_keys text[]) RETURNS text[]
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
+  keys text[] := ARRAY(SELECT DISTINCT x FROM unnest(p_keys) x WHERE x IS NOT NULL ORDER BY x);
   k text;
   busy text[] := ARRAY[]::text[];
 BEGIN
-  FOR k IN SELECT DISTINCT x FROM unnest(p_keys) x WHERE x IS NOT NULL ORDER BY x LOOP
+  IF cardinality(keys) = 0 THEN RETURN busy; END IF;
+  IF cardinality(keys) > 64 THEN
+    IF pg_try_advisory_xact_lock({keys}) THEN RETURN busy; END IF;
+    RETURN keys;
+  END IF;
+  IF NOT pg_try_advisory_xact_lock_shared({keys}) THEN RETURN keys; END IF;
+  FOREACH k IN ARRAY keys LOOP
     IF NOT pg_try_advisory_xact_lock({space}, hashtext(k)) THEN busy := busy || k; END IF;
   END LOOP;
   RETURN busy;
 END $$;
 """
+
+# Version 7: a cycle need not wait for an ordering key held by an open
+# transaction (try_lock_keys; 'w' rows; p_wait says when it does).
+_TRY_LOCKS = (
+    """
+DROP FUNCTION IF EXISTS {s}.cycle(jsonb, text[], int, text, float8, int, float8, int);
+"""
+    + KEY_LOCKS
+)
 
 # Version 8 (the cycle only): outcomes that were all applied skip the id-by-id
 # comparison; a full cycle names the queues with ready jobs left ('m' rows) and
@@ -103,9 +140,12 @@ END $$;
 # claims by token alone (see _postgres_cycle), so every write must keep this.
 _CLAIMED = "CONSTRAINT jobs_claimed CHECK ((state = 1) = (token IS NOT NULL))"
 
-# Version 9: the check above, and worker steps that look claims up by id and
-# token, and keys' heads by key, whatever the statistics (see _postgres_cycle).
-_CLAIMS_BY_TOKEN = f"ALTER TABLE {{s}}.jobs ADD {_CLAIMED};"
+# Version 9: the check above, worker steps that look claims up by id and token,
+# and keys' heads by key, whatever the statistics (see _postgres_cycle), and key
+# locks that fit the server's lock table (KEY_LOCKS).
+# NOT VALID: no version wrote a row against it, and checking the rows there would
+# hold the table (ACCESS EXCLUSIVE) for a scan while every worker waits.
+_CLAIMS_BY_TOKEN = f"ALTER TABLE {{s}}.jobs ADD {_CLAIMED} NOT VALID;"
 
 #: The current schema: tables, indexes and the step functions.
 SCHEMA = f"""
@@ -147,18 +187,7 @@ CREATE TABLE {{s}}.queues (name text PRIMARY KEY);
 CREATE FUNCTION {{s}}.clock() RETURNS float8 LANGUAGE sql VOLATILE
 AS $$ SELECT extract(epoch FROM clock_timestamp())::float8 $$;
 
--- Ordering keys change heads under a per-key lock taken before any read of the
--- key, in sorted order (no deadlocks): a push that sees the head (and waits
--- behind it) and the cycle that removes the head never pass each other.
-CREATE FUNCTION {{s}}.lock_keys(p_keys text[]) RETURNS void LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE k text;
-BEGIN
-  FOR k IN SELECT DISTINCT x FROM unnest(p_keys) x WHERE x IS NOT NULL ORDER BY x LOOP
-    PERFORM pg_advisory_xact_lock({{space}}, hashtext(k));
-  END LOOP;
-END $$;
-
+{KEY_LOCKS}
 -- Wake-ups: '1<queue>' jobs are ready, 'd<queue>' a new due time was set.
 CREATE FUNCTION {{s}}.wake(p_queue text, p_due boolean) RETURNS void LANGUAGE sql AS $$
   SELECT pg_notify({{chan}}, CASE WHEN p_due THEN 'd' ELSE '1' END || p_queue)
@@ -205,7 +234,6 @@ BEGIN
   RETURN pushed;
 END $$;
 
-{_TRY_LOCKS}
 {CYCLE}
 {HEARTBEAT}
 -- Seconds until the first delayed or retry job of p_queues falls due, or the
@@ -254,5 +282,5 @@ MIGRATIONS: dict[int, str] = {
     5: _JSON_OUTCOMES + CYCLE,
     6: _TRY_LOCKS + CYCLE,
     7: CYCLE,
-    8: _CLAIMS_BY_TOKEN + CYCLE + HEARTBEAT + ADVANCE,
+    8: _CLAIMS_BY_TOKEN + KEY_LOCKS + CYCLE + HEARTBEAT + ADVANCE,
 }

@@ -12,6 +12,7 @@ claimed most of the table.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from typing import Any
@@ -27,27 +28,33 @@ pytestmark = pytest.mark.timeout(120)
 N = 20_000  # jobs in the table
 OTHERS = 10_000  # of them, run by other workers meanwhile
 OWN = 100  # claimed by the worker under test
+LEASE = 8.0  # the crashed workers' (long enough for their claims to be made)
 
-_NODE = re.compile(r"\(actual (?:time=\S+ )?rows=(\d+) loops=(\d+)\)")
+# (PostgreSQL 18 shows rows per loop with decimals.)
+_NODE = re.compile(r"\(actual (?:time=\S+ )?rows=([\d.]+) loops=(\d+)\)")
 _REMOVED = re.compile(r"Rows Removed by (?:Join )?Filter: (\d+)")
 
 
 def work(plans: list[str]) -> int:
     """Rows every node of ``plans`` produced or dropped, over all of its loops."""
-    total = 0
+    total = nodes = 0
     for plan in plans:
         loops = 1
         for line in plan.splitlines():
             if node := _NODE.search(line):
                 loops = int(node[2])
-                total += int(node[1]) * loops
+                total += round(float(node[1]) * loops)
+                nodes += 1
             elif removed := _REMOVED.search(line):
                 total += int(removed[1]) * loops  # shown per loop
+    assert nodes > 0, f"no plan nodes read from {plans!r}: has the format changed?"
     return total
 
 
 def analyze(dsn: str, schema: str) -> None:
+    """Statistics of the jobs table now, and none taken by autovacuum after them."""
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'ALTER TABLE "{schema}".jobs SET (autovacuum_enabled = false)')
         conn.execute(f'ANALYZE "{schema}".jobs')
 
 
@@ -119,5 +126,37 @@ async def test_the_worker_steps_read_their_own_jobs_not_every_running_one(
         store.plans.clear()
         assert await store.save_progress(again[0].id, again[0].token, "{}", 60.0, now())
         assert work(store.plans) < 10, store.plans
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("analyzed", ["before others claim", "while others run"])
+async def test_giving_back_expired_leases_reads_the_jobs_it_gives_back(
+    postgres_dsn: str, postgres_schema: str, analyzed: str
+) -> None:
+    """After a crash of many workers a turn gives back 1,000 of their jobs: it reads
+    those, not all 40,000 (a plan that scans the table for them, or every
+    expired lease, on every turn until they are all back)."""
+    store = Explained(postgres_dsn, schema=postgres_schema)
+    store.plans = []
+    now = time.time
+    try:
+        for i in range(0, 50_000, 5_000):
+            await store.push([Envelope(f"job{j:05d}", "q", "{}") for j in range(i, i + 5_000)], 0.0)
+        if analyzed == "before others claim":
+            analyze(postgres_dsn, postgres_schema)
+        start = time.monotonic()
+        for _ in range(40):  # the workers that crash: their leases run out together
+            await store.cycle([], ["q"], 1_000, "crashed", LEASE, now())
+        assert time.monotonic() - start < LEASE, "claims slower than their lease"
+        if analyzed == "while others run":
+            analyze(postgres_dsn, postgres_schema)
+        await asyncio.sleep(LEASE - (time.monotonic() - start) + 0.1)
+        store.plans.clear()
+        await store.cycle([], ["q"], 0, "w", 60.0, now())
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            back = f'SELECT count(*) FROM "{postgres_schema}".jobs WHERE state = 0'
+            assert conn.execute(back).fetchone() == (11_000,)
+        assert work(store.plans) < 12_000, store.plans  # 15,000 for the plan of version 8
     finally:
         await store.close()
