@@ -18,7 +18,8 @@ not change how it reads its own result.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -95,11 +96,13 @@ class PostgresPushing:
         """Store jobs atomically; with ``connection``, inside that connection's transaction."""
         push, params = self._push_call(envelopes, now)
         if connection is None:
-            return _pushed((await self._all(push, params))[0])
+            with _keys_fit(self, envelopes, None):
+                return _pushed((await self._all(push, params))[0])
         await self.pool()  # the schema exists before the app's transaction uses it
         async with await app_cursor(self, connection, self._database, _keyed(envelopes)) as cur:
             await self._add_queues(envelopes)
-            await cur.execute(push, params)
+            with _keys_fit(self, envelopes, connection):
+                await cur.execute(push, params)
             return _pushed(await cur.fetchone())
 
     async def _add_queues(self, envelopes: Sequence[Envelope]) -> None:
@@ -127,13 +130,14 @@ class PostgresPushing:
         with self._sync_lock:
             own = self._sync_connection()  # also: the schema exists before the app uses it
             if connection is None:
-                return _pushed(own.execute(push, params).fetchone())
+                with _keys_fit(self, envelopes, None):
+                    return _pushed(own.execute(push, params).fetchone())
             cursor = app_cursor_sync(self, connection, self._database, _keyed(envelopes))
             new = self._new_queues(envelopes)
             if new:  # as _add_queues
                 own.execute(self.names.sql(_ADD_QUEUES), (new,))
                 self._queues.update(new)
-        with cursor:
+        with cursor, _keys_fit(self, envelopes, connection):
             cursor.execute(push, params)
             return _pushed(cursor.fetchone())
 
@@ -157,6 +161,37 @@ def _pushed(row: Any) -> list[bool]:
 
 def _keyed(envelopes: Sequence[Envelope]) -> bool:
     return any(e.key is not None for e in envelopes)
+
+
+@contextmanager
+def _keys_fit(store: object, envelopes: Sequence[Envelope], connection: object) -> Iterator[None]:
+    """Say what a keyed push that ran out of the server's lock table should do instead.
+
+    A push locks each ordering key it names until its transaction ends (see
+    lock_keys), and the server's lock table has room for max_locks_per_transaction
+    locks per connection, shared by all sessions: a push of thousands of distinct
+    keys, or thousands of keyed enqueues in one transaction, fail with "out of
+    shared memory", which names neither the cause nor the fix.
+    """
+    try:
+        yield
+    except psycopg.errors.OutOfMemory as error:
+        keys = len({e.key for e in envelopes if e.key is not None})
+        if not keys or "max_locks_per_transaction" not in (error.diag.message_hint or ""):
+            raise  # not the keys' doing: the server's own words
+        where = (
+            "the application's transaction is aborted: roll it back"
+            if connection is not None
+            else "nothing was enqueued"
+        )
+        raise ConfigError(
+            f"{store!r}: enqueueing {len(envelopes)} jobs with {keys} distinct ordering keys "
+            "ran out of PostgreSQL's lock table, which all sessions share (each key stays "
+            "locked until its transaction ends, with the keys of earlier enqueues in the "
+            f"same transaction); {where}. Enqueue jobs with ordering keys in separate "
+            "transactions of at most a few hundred keys each, or raise the server's "
+            "max_locks_per_transaction"
+        ) from error
 
 
 async def app_cursor(

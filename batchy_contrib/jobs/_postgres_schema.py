@@ -38,18 +38,14 @@ class Names:
         self.schema = schema
         self.quoted = '"' + schema + '"'
         self.channel = "batchy_" + schema
-        # Advisory locks of this schema: one per ordering key (two 32-bit ints,
-        # the first this space), and two bigints beside them: creating or migrating
-        # the schema, and all its keys at once. Other schemas (other apps) use
-        # other spaces.
+        # Two 32-bit advisory lock spaces of this schema: its ordering keys, and
+        # creating or migrating it. Other schemas (other apps) use other spaces.
         self.space = zlib.crc32(("batchy:" + schema).encode()) - 2**31
-        self.setup_lock = (self.space << 32) | 0x5C4E
-        self.keys_lock = (self.space << 32) | 0x4B59
+        self.setup_lock = (self.space << 32) | 0x5C4E  # one bigint, beside the key locks
 
     def sql(self, text: str) -> str:
-        """``text`` with ``{s}``, ``{chan}``, ``{space}`` and ``{keys}`` filled in."""
-        channel = "'" + self.channel + "'"
-        return text.format(s=self.quoted, chan=channel, space=self.space, keys=self.keys_lock)
+        """``text`` with ``{s}``, ``{chan}`` and ``{space}`` filled in."""
+        return text.format(s=self.quoted, chan="'" + self.channel + "'", space=self.space)
 
     def prepare(self) -> list[str]:
         """Statements that lock out other creators and make the version table."""

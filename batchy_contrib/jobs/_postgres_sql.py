@@ -7,9 +7,8 @@ store. Every time they compare or store is the server's (``clock()``:
 ``clock_timestamp()`` as Unix seconds); a time a worker hands in
 arrives as an offset from the moment it was sent.
 
-``{s}`` is the quoted schema, ``{chan}`` the NOTIFY channel (a string literal),
-``{space}`` the advisory lock space of the schema's ordering keys and ``{keys}``
-the one lock over all of them.
+``{s}`` is the quoted schema, ``{chan}`` the NOTIFY channel (a string literal)
+and ``{space}`` the advisory lock space of the schema's ordering keys.
 
 Versions: :data:`VERSION` is the schema this release writes. A later release
 that changes it appends to :data:`MIGRATIONS` the statements that take a schema
@@ -76,28 +75,23 @@ DROP FUNCTION IF EXISTS {s}.cycle(text[], text[], text[], text[], text[], float8
 """
 
 # Ordering keys change heads under a per-key lock taken before any read of the
-# key, in sorted order (no deadlocks): a push that sees the head (and waits behind
-# it) and the cycle that removes the head never pass each other. Each lock is
-# held until the transaction ends, and the server's lock table has room for
-# max_locks_per_transaction (64 by default) per connection, shared by all: a push
-# of thousands of keys would overflow it ("out of shared memory"). So every key
-# lock is taken under a shared lock of all the schema's keys ({keys}), and a step
-# with more than 64 keys takes that one exclusively instead of key by key.
+# key: a push that sees the head (and waits behind it) and the cycle that removes
+# the head never pass each other. A key's lock is its hash's, so the locks are
+# taken in hash order (in key order, two keys of one hash could be taken in
+# opposite orders by two steps: a deadlock). Each is held until the transaction
+# ends, in the server's lock table (max_locks_per_transaction per connection,
+# shared by all sessions): see _postgres_push for a push that overflows it.
 # Version 9 (and the current text of version 7's try_lock_keys).
 KEY_LOCKS = """
 CREATE OR REPLACE FUNCTION {s}.lock_keys(p_keys text[]) RETURNS void
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
-DECLARE
-  keys text[] := ARRAY(SELECT DISTINCT x FROM unnest(p_keys) x WHERE x IS NOT NULL ORDER BY x);
-  k text;
+DECLARE h int;
 BEGIN
-  IF cardinality(keys) > 64 THEN
-    PERFORM pg_advisory_xact_lock({keys});
-  ELSIF cardinality(keys) > 0 THEN
-    PERFORM pg_advisory_xact_lock_shared({keys});
-    FOREACH k IN ARRAY keys LOOP PERFORM pg_advisory_xact_lock({space}, hashtext(k)); END LOOP;
-  END IF;
+  FOR h IN SELECT DISTINCT hashtext(x) FROM unnest(p_keys) x WHERE x IS NOT NULL ORDER BY 1
+  LOOP
+    PERFORM pg_advisory_xact_lock({space}, h);
+  END LOOP;
 END $$;
 -- The keys of p_keys that could not be locked now (each one taken is held until
 -- the transaction ends, as lock_keys'; none is waited for, so none can deadlock).
@@ -105,20 +99,14 @@ CREATE OR REPLACE FUNCTION {s}.try_lock_keys(p_keys text[]) RETURNS text[]
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-  keys text[] := ARRAY(SELECT DISTINCT x FROM unnest(p_keys) x WHERE x IS NOT NULL ORDER BY x);
-  k text;
-  busy text[] := ARRAY[]::text[];
+  h int;
+  busy int[] := ARRAY[]::int[];
 BEGIN
-  IF cardinality(keys) = 0 THEN RETURN busy; END IF;
-  IF cardinality(keys) > 64 THEN
-    IF pg_try_advisory_xact_lock({keys}) THEN RETURN busy; END IF;
-    RETURN keys;
-  END IF;
-  IF NOT pg_try_advisory_xact_lock_shared({keys}) THEN RETURN keys; END IF;
-  FOREACH k IN ARRAY keys LOOP
-    IF NOT pg_try_advisory_xact_lock({space}, hashtext(k)) THEN busy := busy || k; END IF;
+  FOR h IN SELECT DISTINCT hashtext(x) FROM unnest(p_keys) x WHERE x IS NOT NULL ORDER BY 1
+  LOOP
+    IF NOT pg_try_advisory_xact_lock({space}, h) THEN busy := busy || h; END IF;
   END LOOP;
-  RETURN busy;
+  RETURN ARRAY(SELECT DISTINCT x FROM unnest(p_keys) x WHERE hashtext(x) = ANY(busy));
 END $$;
 """
 
@@ -142,7 +130,7 @@ _CLAIMED = "CONSTRAINT jobs_claimed CHECK ((state = 1) = (token IS NOT NULL))"
 
 # Version 9: the check above, worker steps that look claims up by id and token,
 # and keys' heads by key, whatever the statistics (see _postgres_cycle), and key
-# locks that fit the server's lock table (KEY_LOCKS).
+# locks taken in hash order (KEY_LOCKS).
 # NOT VALID: no version wrote a row against it, and checking the rows there would
 # hold the table (ACCESS EXCLUSIVE) for a scan while every worker waits.
 _CLAIMS_BY_TOKEN = f"ALTER TABLE {{s}}.jobs ADD {_CLAIMED} NOT VALID;"

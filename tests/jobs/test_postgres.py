@@ -259,6 +259,9 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
         conn.execute(f"CREATE OR REPLACE FUNCTION {schema}.heartbeat(p_worker text, p_info text, "
                      "p_lease float8, p_ids text[], p_tokens text[]) RETURNS SETOF text "
                      "LANGUAGE sql AS $$ SELECT 'j.state = 1' $$")  # fmt: skip
+        for name, returns in (("lock_keys", "void"), ("try_lock_keys", "text[]")):
+            conn.execute(f"CREATE OR REPLACE FUNCTION {schema}.{name}(p_keys text[]) "
+                         f"RETURNS {returns} LANGUAGE plpgsql AS $$ BEGIN END $$")  # fmt: skip
         conn.execute(f"DROP TABLE {schema}.cancels; DROP INDEX {schema}.jobs_blocked")
         conn.execute(f"DROP TABLE {schema}.counts; DROP TABLE {schema}.runs")
         conn.execute(
@@ -292,6 +295,13 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
             (postgres_schema,),
         ).fetchall()
         assert len(beat) == 1 and "j.token = h.token RETURNING" in beat[0][0]
+        locks = conn.execute(
+            "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n "
+            "ON n.oid = p.pronamespace WHERE n.nspname = %s AND p.proname LIKE '%%lock_keys'",
+            (postgres_schema,),
+        ).fetchall()
+        assert sorted(name for name, _ in locks) == ["lock_keys", "try_lock_keys"]
+        assert all("SELECT DISTINCT hashtext(x)" in src for _, src in locks)  # version 9's
         # The check holds the rows that were there, and every write from now on.
         with pytest.raises(psycopg.errors.CheckViolation, match="jobs_claimed"):
             conn.execute(f"UPDATE {schema}.jobs SET state = 0 WHERE state = 1")

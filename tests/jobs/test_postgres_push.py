@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 import uuid
 from typing import Any
@@ -14,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batchy.jobs import Envelope
+from batchy_contrib.jobs._postgres_schema import Names, ensure_sync
 from batchy_contrib.jobs.postgres import PostgresBackend
 
 pytestmark = pytest.mark.timeout(120)
@@ -105,29 +107,55 @@ def test_jobs_pushed_one_by_one_are_stored_as_the_same_jobs_pushed_together(
                 conn.execute(f'DROP SCHEMA IF EXISTS "{s}" CASCADE')
 
 
-async def test_a_push_of_more_keys_than_the_lock_table_holds_goes_in(
+async def test_a_push_of_more_keys_than_the_lock_table_holds_says_how_to_enqueue_them(
     postgres_dsn: str, postgres_schema: str
 ) -> None:
-    """Each ordering key stays locked until the push's transaction ends, and the
-    server's lock table holds 64 per connection by default: 20,000 keys, one lock
-    each, failed with "out of shared memory". Every way to push takes them now."""
+    """Each ordering key stays locked until the push's transaction ends; more keys
+    than the server's lock table holds (max_locks_per_transaction per connection,
+    64 by default) overflow it, with every way to push."""
+    from batchy.jobs import ConfigError
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        room = conn.execute(
+            "SELECT current_setting('max_locks_per_transaction')::int * "
+            "(current_setting('max_connections')::int + "
+            "current_setting('max_prepared_transactions')::int)"
+        ).fetchone()
+    # (The table is sized for all backends, not only connections, and may grow into
+    # the server's spare shared memory: three times the count overflows it.)
+    n = max(20_000, 3 * int(room[0])) if room else 20_000
     store = PostgresBackend(postgres_dsn, schema=postgres_schema)
-    jobs = f'SELECT count(*), count(*) FILTER (WHERE state = 0) FROM "{postgres_schema}".jobs'
-
-    def many(tag: str) -> list[Envelope]:
-        return [Envelope(f"{tag}{i}", "default", "{}", key=f"{tag}{i}") for i in range(20_000)]
-
+    many = [Envelope(f"j{i}", "default", "{}", key=f"k{i}") for i in range(n)]
+    expected = (
+        rf"PostgresBackend schema='batchy_test_\w+'>: enqueueing {n} jobs with {n} distinct "
+        r"ordering keys ran out of PostgreSQL's lock table, which all sessions share \(each "
+        r"key stays locked until its transaction ends, with the keys of earlier enqueues in "
+        r"the same transaction\); {}\. Enqueue jobs with ordering keys in separate "
+        r"transactions of at most a few hundred keys each, or raise the server's "
+        r"max_locks_per_transaction"
+    )
+    jobs = f'SELECT count(*) FROM "{postgres_schema}".jobs'
+    nothing = expected.replace("{}", "nothing was enqueued")
+    roll_back = expected.replace("{}", "the application's transaction is aborted: roll it back")
     try:
-        assert all(await store.push(many("a"), time.time()))
-        assert all(await asyncio.to_thread(store.push_sync, many("b"), time.time()))
+        with pytest.raises(ConfigError, match=nothing):
+            await store.push(many, time.time())
+        with pytest.raises(ConfigError, match=nothing):
+            await asyncio.to_thread(store.push_sync, many, time.time())
         async with await psycopg.AsyncConnection.connect(postgres_dsn) as app:
-            assert all(await store.push(many("c"), time.time(), connection=app))
+            with pytest.raises(ConfigError, match=roll_back):
+                await store.push(many, time.time(), connection=app)
+            await app.rollback()
         with psycopg.connect(postgres_dsn) as app_sync:
-            pushed = store.push_sync(many("d"), time.time(), connection=app_sync)
-            assert all(pushed)
-            app_sync.commit()
-            # Every key is new: every job is its key's head.
-            assert app_sync.execute(jobs).fetchone() == (80_000, 80_000)
+            with pytest.raises(ConfigError, match=roll_back):
+                await asyncio.to_thread(store.push_sync, many, time.time(), connection=app_sync)
+            app_sync.rollback()
+            assert app_sync.execute(jobs).fetchone() == (0,)
+        # In batches of a few hundred keys, all of them go in.
+        for i in range(0, n, 500):
+            assert all(await store.push(many[i : i + 500], time.time()))
+        with psycopg.connect(postgres_dsn) as conn:
+            assert conn.execute(jobs).fetchone() == (n,)
     finally:
         await store.close()
 
@@ -157,28 +185,66 @@ async def test_a_push_of_many_keys_holds_each_of_them_until_it_commits(
         await store.close()
 
 
-async def test_a_turn_of_many_keys_waits_for_a_transaction_that_holds_one_key(
+async def test_a_turn_puts_off_only_the_outcomes_whose_key_a_transaction_holds(
     postgres_dsn: str, postgres_schema: str
 ) -> None:
-    """A turn that hands in outcomes of more than 64 keys tries for all keys at
-    once; an application's open transaction holding any key refuses it, so the
-    outcomes are put off and handed in once that transaction ends."""
     from batchy.jobs import Outcome
 
     store = PostgresBackend(postgres_dsn, schema=postgres_schema)
-    mine = f'SELECT count(*) FROM "{postgres_schema}".jobs WHERE id LIKE %s'
+    mine = f'SELECT id FROM "{postgres_schema}".jobs WHERE id LIKE %s ORDER BY id'
     try:
         await store.push([Envelope(f"j{i}", "q", "{}", key=f"k{i}") for i in range(100)], 0.0)
         claims = await store.cycle([], ["q"], 100, "w", 60.0, time.time())
         assert len(claims) == 100
         with psycopg.connect(postgres_dsn) as app:
-            assert store.push_sync([Envelope("x", "q", "{}", key="x")], 0.0, connection=app)
+            assert store.push_sync([Envelope("x", "q", "{}", key="k5")], 0.0, connection=app)
             done = [Outcome(c.id, "done", token=c.token) for c in claims]
             assert await store.cycle(done, ["q"], 0, "w", 60.0, time.time()) == []
             with psycopg.connect(postgres_dsn, autocommit=True) as look:
-                assert look.execute(mine, ("j%",)).fetchone() == (100,)  # put off
+                assert look.execute(mine, ("j%",)).fetchall() == [("j5",)]  # put off
                 app.commit()
                 await asyncio.wait_for(store._put_off.settle("w"), 10)
-                assert look.execute(mine, ("j%",)).fetchone() == (0,)
+                assert look.execute(mine, ("j%",)).fetchall() == []
     finally:
         await store.close()
+
+
+def test_keys_of_one_hash_are_locked_in_one_order_by_every_step(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """hashtext('k191518') = hashtext('k289282'): in key order, {k191518, k2} and
+    {k2, k289282} took the two locks in opposite orders, and two steps could
+    deadlock (PostgreSQL then aborts one: a failed enqueue or turn)."""
+    names = Names(postgres_schema)
+    lock = names.sql("SELECT {s}.lock_keys(%s)")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT hashtext('k191518') = hashtext('k289282')").fetchone() == (
+            True,
+        )
+        ensure_sync(conn, names)
+    errors: list[BaseException] = []
+
+    def step(conn: psycopg.Connection[Any], keys: list[str]) -> None:
+        try:
+            with conn.transaction():
+                conn.execute(lock, (keys,))
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    with (
+        psycopg.connect(postgres_dsn, autocommit=True) as holder,
+        psycopg.connect(postgres_dsn, autocommit=True) as a,
+        psycopg.connect(postgres_dsn, autocommit=True) as b,
+    ):
+        with holder.transaction():
+            holder.execute(lock, (["k191518"],))  # the shared hash, held for now
+            first = threading.Thread(target=step, args=(a, ["k191518", "k2"]))
+            first.start()
+            time.sleep(0.3)  # a waits for the shared hash
+            second = threading.Thread(target=step, args=(b, ["k2", "k289282"]))
+            second.start()
+            time.sleep(0.3)  # b has taken what it could, and waits
+        first.join(10)
+        second.join(10)
+    assert not first.is_alive() and not second.is_alive()
+    assert errors == []
