@@ -12,6 +12,9 @@ timed from the moment it starts until the last job finished, counted in-process)
   last run; procrastinate ``concurrency=100``; pgqueuer on asyncpg,
   ``max_concurrent_tasks=100``, ``batch_size=50``, the largest it accepts with
   that cap);
+- no-op jobs/s again with the database analyzed after the enqueue: a queue that
+  has run a while has statistics (autovacuum analyzes its tables), and a plan
+  chosen from them may read far more than one chosen without;
 - jobs/s and queries when each job loads one row from a PostgreSQL table
   (batchy through a loader, so the jobs running at once share one
   ``= ANY(...)`` query; the peers with one ``SELECT`` per job, psycopg directly).
@@ -347,9 +350,13 @@ def _server_cpu() -> float | None:
 
 
 def _admin(*statements: str) -> None:
+    _admin_db("postgres", *statements)
+
+
+def _admin_db(db: str, *statements: str) -> None:
     import psycopg
 
-    with psycopg.connect(dsn("postgres"), autocommit=True) as conn:
+    with psycopg.connect(dsn(db), autocommit=True) as conn:
         for sql in statements:
             conn.execute(sql)
 
@@ -473,12 +480,15 @@ def _measure(system: str) -> dict[str, Any]:
         _reset(system)
         seconds = asyncio.run(_enqueue(system, "noop", ENQUEUE_N, bulk))
         row["bulk" if bulk else "single"] = ENQUEUE_N / seconds
-    for scenario in ("noop", "io", "db"):
-        n = sizes[scenario]
+    for scenario in ("noop", "analyzed", "io", "db"):
+        job = "noop" if scenario == "analyzed" else scenario
+        n = sizes[job]
         _reset(system)
-        asyncio.run(_enqueue(system, scenario, n, True))
+        asyncio.run(_enqueue(system, job, n, True))
+        if scenario == "analyzed":
+            _admin_db(system_db(system), "ANALYZE")
         before = _users_commits() if scenario == "db" else 0
-        result = _run_worker(system, scenario, n)
+        result = _run_worker(system, job, n)
         if result["jobs"] < n:
             raise RuntimeError(f"{system} {scenario}: only {result['jobs']} of {n} jobs ran")
         row[scenario] = n / result["elapsed"]
@@ -637,6 +647,7 @@ def main() -> None:
                 f"{r['single']:,.0f}",
                 f"{r['bulk']:,.0f}",
                 f"{r['noop']:,.0f}",
+                f"{r['analyzed']:,.0f}",
                 f"{r['io']:,.0f}",
                 f"{r['db']:,.0f}",
                 f"{r['queries']:,} ({r['queries_per_job']:.3f}/job)",
@@ -647,13 +658,16 @@ def main() -> None:
     print(
         table(
             f"jobs/s on PostgreSQL, one worker process, concurrency {CONCURRENCY}; jobs per "
-            f"run: {_sizes_text()}; CPU per no-op job, of the worker process and of the "
-            "server's processes, in microseconds",
+            f"run: {_sizes_text()}; 'after ANALYZE': no-op jobs again, the database "
+            "analyzed after the enqueue (as autovacuum does in a queue that has run a "
+            "while); CPU per no-op job, of the worker process and of the server's "
+            "processes, in microseconds",
             [
                 "system",
                 "enqueue 1/call",
                 "enqueue bulk",
                 "no-op",
+                "after ANALYZE",
                 "5 ms I/O",
                 "PG row",
                 "queries (server)",
