@@ -202,8 +202,11 @@ class SQLiteBackend(Backend):
                 claimed.extend(Claimed(i, q, payload, token) for i, q, payload in rows)
             # An operator's cancels of this worker's runs (a tiny table, mostly empty).
             claimed.cancel += db.execute(
-                "SELECT c.id, c.token FROM cancels c JOIN jobs j ON j.id = c.id "
-                "AND j.token = c.token AND j.state = 1 WHERE c.owner = ?",
+                # Each cancel looks its job up: a join may read every running job
+                # instead (statistics of jobs, none of the empty cancels).
+                "SELECT c.id, c.token FROM cancels c WHERE c.owner = ? AND EXISTS ("
+                "SELECT 1 FROM jobs j WHERE j.id = c.id AND j.token = c.token "
+                "AND +j.state = 1)",
                 (worker,),
             ).fetchall()
             if now - self._pruned > 5.0:
@@ -213,7 +216,7 @@ class SQLiteBackend(Backend):
                 db.execute("DELETE FROM workers WHERE expires < ?", (now,))
                 db.execute(  # cancels whose claim ended some other way
                     "DELETE FROM cancels WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE "
-                    "j.id = cancels.id AND j.token = cancels.token AND j.state = 1)"
+                    "j.id = cancels.id AND j.token = cancels.token AND +j.state = 1)"
                 )
             wake = self._wakeups.after_cycle(outcomes, queues, len(claimed) >= limit, now)
         self._wakeups.signal(wake)
@@ -289,7 +292,7 @@ class SQLiteBackend(Backend):
             for chunk in _chunks(held):
                 where, params = _pairs(chunk)
                 rows = db.execute(
-                    f"UPDATE jobs SET lease = ? WHERE state = 1 AND {where} RETURNING id",
+                    f"UPDATE jobs SET lease = ? WHERE +state = 1 AND {where} RETURNING id",
                     (now + lease, *params),
                 ).fetchall()
                 renewed.update(r[0] for r in rows)

@@ -168,7 +168,7 @@ def finish_done(
     for chunk in chunks(done):
         where, params = pairs(chunk)
         for job_id, key, queue, payload in db.execute(
-            f"DELETE FROM jobs WHERE state = 1 AND {where} RETURNING id, okey, queue, payload",
+            f"DELETE FROM jobs WHERE +state = 1 AND {where} RETURNING id, okey, queue, payload",
             params,
         ):
             was[job_id] = (queue, key, payload)
@@ -196,7 +196,11 @@ def pairs(chunk: Sequence[tuple[str, str]]) -> tuple[str, tuple[str, ...]]:
     """``(id, token) IN (VALUES ...)`` for ``chunk``, and its parameters.
 
     The ids are listed on their own too: without them SQLite scans every running
-    row for the pairs instead of looking each id up in the primary key.
+    row for the pairs instead of looking each id up in the primary key. Callers
+    say ``+state = 1``: the unary ``+`` keeps SQLite from answering that term
+    with the index of ``(state, lease)``, which it prefers when the file has no
+    statistics (about 10 rows per value, it assumes), and which reads every
+    running job of every worker.
     """
     ids = ",".join("?" * len(chunk))
     marks = ",".join("(?, ?)" for _ in chunk)

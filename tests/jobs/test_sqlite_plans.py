@@ -1,0 +1,66 @@
+"""The SQLite store's worker steps do work in proportion to their own jobs, not to all running ones.
+
+SQLite plans from ``sqlite_stat1`` when the file was analyzed (an application
+may run ``ANALYZE`` or ``PRAGMA optimize`` on it) and from fixed guesses when not.
+A term ``state = 1`` can then be answered from the index of ``(state, lease)``,
+which reads every job every worker runs. These tests count the virtual machine
+instructions SQLite runs for a turn and a heartbeat (a progress handler called
+every 100) with 500 and with 5,000 jobs running in other workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from batchy.jobs import Envelope, Outcome, SQLiteBackend, WorkerInfo
+
+OWN = 100
+
+
+async def _work(path: Path, others: int, analyzed: bool) -> dict[str, int]:
+    """Hundreds of VM instructions of one worker's turn and heartbeat."""
+    store = SQLiteBackend(str(path))
+    try:
+        jobs = [Envelope(f"j{i:05d}", "q", "{}") for i in range(others + 2 * OWN)]
+        await store.push(jobs, time.time())
+        for _ in range(0, others, 500):
+            await store.cycle([], ["q"], 500, "others", 60.0, time.time())
+        if analyzed:
+            store._db.execute("ANALYZE")
+        mine = await store.cycle([], ["q"], OWN, "w", 60.0, time.time())
+        ticks = [0]
+
+        def tick() -> int:
+            ticks[0] += 1
+            return 0  # go on
+
+        store._db.set_progress_handler(tick, 100)
+        done = [Outcome(c.id, "done", token=c.token) for c in mine]
+        again = await store.cycle(done, ["q"], OWN, "w", 60.0, time.time())
+        assert len(mine) == len(again) == OWN and not again.refused
+        turn, ticks[0] = ticks[0], 0
+        info = WorkerInfo("w", "host", 1, ("q",), OWN)
+        assert (
+            await store.heartbeat(info, [(c.id, c.token) for c in again], 60.0, time.time()) == []
+        )
+        store._db.set_progress_handler(None, 0)
+        return {"turn": turn, "heartbeat": ticks[0]}
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no statistics", "analyzed"])
+def test_a_turn_and_a_heartbeat_cost_the_same_whatever_the_others_run(
+    tmp_path: Path, analyzed: bool
+) -> None:
+    few = asyncio.run(_work(tmp_path / "few.db", 500, analyzed))
+    many = asyncio.run(_work(tmp_path / "many.db", 5_000, analyzed))
+    # Before: a turn 239 -> 960 and a heartbeat 137 -> 586 without statistics,
+    # the turn 189 -> 460 with them (the done jobs, the heartbeat's leases and the
+    # cancels were read through every running job).
+    for step in ("turn", "heartbeat"):
+        assert many[step] <= few[step] * 1.2 + 5, (step, few, many)
