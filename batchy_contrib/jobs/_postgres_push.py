@@ -176,7 +176,7 @@ def _keys_fit(store: object, envelopes: Sequence[Envelope], connection: object) 
     try:
         yield
     except psycopg.errors.OutOfMemory as error:
-        keys = len({e.key for e in envelopes if e.key is not None})
+        keys = sorted({e.key for e in envelopes if e.key is not None})
         if not keys or "max_locks_per_transaction" not in (error.diag.message_hint or ""):
             raise  # not the keys' doing: the server's own words
         where = (
@@ -184,10 +184,13 @@ def _keys_fit(store: object, envelopes: Sequence[Envelope], connection: object) 
             if connection is not None
             else "nothing was enqueued"
         )
+        shown = ", ".join(repr(k) for k in keys[:3]) + (", ..." if len(keys) > 3 else "")
         raise ConfigError(
-            f"{store!r}: enqueueing {len(envelopes)} jobs with {keys} distinct ordering keys "
-            "ran out of PostgreSQL's lock table, which all sessions share (each key stays "
-            "locked until its transaction ends, with the keys of earlier enqueues in the "
+            # (The queue puts the job types in front: see Queue.enqueue_many.)
+            f"{store!r}: enqueueing {len(envelopes)} jobs with "
+            f"{len(keys)} distinct ordering keys ({shown}) ran out of PostgreSQL's lock "
+            "table, which all sessions share (each key stays locked until its transaction "
+            "ends, with the keys of earlier enqueues in the "
             f"same transaction); {where}. Enqueue jobs with ordering keys in separate "
             "transactions of at most a few hundred keys each, or raise the server's "
             "max_locks_per_transaction"

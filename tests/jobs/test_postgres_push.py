@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batchy.jobs import Envelope
+from batchy.jobs import Envelope, Queue
 from batchy_contrib.jobs._postgres_schema import Names, ensure_sync
 from batchy_contrib.jobs.postgres import PostgresBackend
 
@@ -128,7 +128,7 @@ async def test_a_push_of_more_keys_than_the_lock_table_holds_says_how_to_enqueue
     many = [Envelope(f"j{i}", "default", "{}", key=f"k{i}") for i in range(n)]
     expected = (
         rf"PostgresBackend schema='batchy_test_\w+'>: enqueueing {n} jobs with {n} distinct "
-        r"ordering keys ran out of PostgreSQL's lock table, which all sessions share \(each "
+        r"ordering keys \('k0', 'k1', 'k10', \.\.\.\) ran out of PostgreSQL's lock table, which all sessions share \(each "
         r"key stays locked until its transaction ends, with the keys of earlier enqueues in "
         r"the same transaction\); {}\. Enqueue jobs with ordering keys in separate "
         r"transactions of at most a few hundred keys each, or raise the server's "
@@ -151,6 +151,15 @@ async def test_a_push_of_more_keys_than_the_lock_table_holds_says_how_to_enqueue
                 await asyncio.to_thread(store.push_sync, many, time.time(), connection=app_sync)
             app_sync.rollback()
             assert app_sync.execute(jobs).fetchone() == (0,)
+        # Through a queue, the error names the job type in front.
+        queue = Queue(store)
+
+        @queue.job(name="mail.send")
+        async def send(i: int) -> None: ...
+
+        calls = [send.options(key=f"k{i}").call(i) for i in range(n)]
+        with pytest.raises(ConfigError, match=rf"^cannot enqueue {n} jobs \('mail\.send'\): "):
+            await queue.enqueue_many(calls)
         # In batches of a few hundred keys, all of them go in.
         for i in range(0, n, 500):
             assert all(await store.push(many[i : i + 500], time.time()))
