@@ -4,12 +4,27 @@ The store calls :func:`ensure_async` (or :func:`ensure_sync` for code without an
 event loop) once per connection pool, before its first step. Both run the same
 statements, in one transaction under an advisory lock, so processes that start
 together create the schema once.
+
+A migration alters tables a live queue uses, and PostgreSQL grants a table's
+locks in order: an ``ALTER TABLE`` that waits for an application's open
+transaction (one that enqueued holds a lock on the jobs table until it ends)
+makes every later statement on that table wait behind it, so every worker and
+every enqueue would stand still for as long as that transaction stays open. So
+each attempt waits at most ``LOCK_WAIT`` for a lock, then rolls back, gives the
+tables back for a pause and tries again, for ``MIGRATE_FOR`` seconds in all; then
+:class:`MigrationTimeout` names the sessions that held the locks.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 import re
+import time
 import zlib
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 
@@ -17,13 +32,21 @@ from batchy.jobs import ConfigError
 
 from . import _postgres_sql as ddl
 
-__all__ = ["SchemaVersionError", "Names", "ensure_async", "ensure_sync"]
+__all__ = ["MigrationTimeout", "SchemaVersionError", "Names", "ensure_async", "ensure_sync"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
+log = logging.getLogger("batchy.jobs")
+
+LOCK_WAIT = 1.0  # seconds an attempt may hold up the tables it waits for
+MIGRATE_FOR = 60.0  # seconds of attempts before MigrationTimeout
 
 
 class SchemaVersionError(ConfigError):
     """The database holds a job schema of a version this release of batchy cannot use."""
+
+
+class MigrationTimeout(SchemaVersionError):
+    """A migration could not lock the job tables: open transactions held them the whole time."""
 
 
 class Names:
@@ -48,9 +71,11 @@ class Names:
         return text.format(s=self.quoted, chan="'" + self.channel + "'", space=self.space)
 
     def prepare(self) -> list[str]:
-        """Statements that lock out other creators and make the version table."""
+        """Statements that lock out other creators, bound every later lock wait of the
+        transaction to ``LOCK_WAIT`` and make the version table."""
         return [
             f"SELECT pg_advisory_xact_lock({self.setup_lock})",
+            f"SET LOCAL lock_timeout = '{max(1, round(LOCK_WAIT * 1000))}ms'",
             f"CREATE SCHEMA IF NOT EXISTS {self.quoted}",
             f"CREATE TABLE IF NOT EXISTS {self.quoted}.version (version int NOT NULL)",
         ]
@@ -80,22 +105,94 @@ class Names:
 
 async def ensure_async(conn: psycopg.AsyncConnection[object], names: Names) -> None:
     """Create or migrate the schema through ``conn`` (an autocommit connection)."""
-    async with conn.transaction():
-        for statement in names.prepare():
-            await conn.execute(statement)
-        row = await (await conn.execute(names.read_version())).fetchone()
-        for statement in names.upgrade(_version(row)):
-            await conn.execute(statement)
+    for attempt in _Attempts(names):
+        try:
+            async with conn.transaction():
+                for statement in names.prepare():
+                    await conn.execute(statement)
+                row = await (await conn.execute(names.read_version())).fetchone()
+                attempt.found = _version(row)
+                for statement in names.upgrade(attempt.found):
+                    await conn.execute(statement)
+            return
+        except psycopg.errors.LockNotAvailable as error:
+            holders = await (await conn.execute(_HOLDERS, (names.schema,))).fetchall()
+            await asyncio.sleep(attempt.failed(error, holders))
 
 
 def ensure_sync(conn: psycopg.Connection[object], names: Names) -> None:
     """:func:`ensure_async` for a blocking connection."""
-    with conn.transaction():
-        for statement in names.prepare():
-            conn.execute(statement)
-        row = conn.execute(names.read_version()).fetchone()
-        for statement in names.upgrade(_version(row)):
-            conn.execute(statement)
+    for attempt in _Attempts(names):
+        try:
+            with conn.transaction():
+                for statement in names.prepare():
+                    conn.execute(statement)
+                row = conn.execute(names.read_version()).fetchone()
+                attempt.found = _version(row)
+                for statement in names.upgrade(attempt.found):
+                    conn.execute(statement)
+            return
+        except psycopg.errors.LockNotAvailable as error:
+            holders = conn.execute(_HOLDERS, (names.schema,)).fetchall()
+            time.sleep(attempt.failed(error, holders))
+
+
+# The other sessions holding locks on the schema's tables, oldest transaction first.
+_HOLDERS = """
+SELECT a.pid, a.state, extract(epoch FROM now() - a.xact_start)::int, left(a.query, 60),
+       string_agg(DISTINCT l.relation::regclass::text, ', ')
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.granted AND l.pid <> pg_backend_pid() AND l.relation IN (
+  SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = %s AND c.relkind IN ('r', 'p'))
+GROUP BY a.pid, a.state, a.xact_start, a.query
+ORDER BY a.xact_start, a.pid
+"""
+
+
+class _Attempts:
+    """The attempts of one creation or migration, with a growing pause after each failure."""
+
+    def __init__(self, names: Names) -> None:
+        self.names = names
+        self.found: int | None = None  # the version the last attempt read
+        self.deadline = time.monotonic() + MIGRATE_FOR
+        self.tries = 0
+
+    def __iter__(self) -> Iterator[_Attempts]:
+        while True:
+            self.tries += 1
+            yield self
+
+    def failed(self, error: Exception, holders: list[Any]) -> float:
+        """The pause before the next attempt; raises :class:`MigrationTimeout` when out of time."""
+        pause = min(5.0, 0.25 * 2.0**self.tries) * random.uniform(0.5, 1.0)
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise MigrationTimeout(self._explain(holders)) from error
+        if self.tries == 1:
+            log.warning(
+                "job schema %r: migration waits for a lock held by %s; trying again for up to %g s",
+                self.names.schema,
+                ", ".join(f"pid {h[0]}" for h in holders) or "another session",
+                MIGRATE_FOR,
+            )
+        return min(pause, left)
+
+    def _explain(self, holders: list[Any]) -> str:
+        target = "" if self.found is None else f" from version {self.found}"
+        held = "; ".join(
+            f"pid {pid} ({state} for {age} s, last query {query!r}) holds a lock on {tables}"
+            for pid, state, age, query, tables in holders
+        )
+        return (
+            f"cannot migrate job schema {self.names.schema!r}{target} to {ddl.VERSION}: a lock "
+            f"on its tables was not granted within {LOCK_WAIT:g} s in any of {self.tries} "
+            f"attempts over {MIGRATE_FOR:g} s, and waiting longer would stop every worker "
+            f"and enqueue behind it. {held or 'Other sessions held them'}. End that "
+            "transaction (or pg_terminate_backend(pid)), or migrate at deploy time "
+            "(await backend.migrate()) while no transaction holds the job tables"
+        )
 
 
 def _version(row: object) -> int | None:

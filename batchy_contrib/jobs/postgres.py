@@ -66,9 +66,9 @@ from ._postgres_admin import PostgresOperating
 from ._postgres_later import PutOff
 from ._postgres_listen import Listener
 from ._postgres_push import PUSH, PUSH_ONE, PostgresPushing
-from ._postgres_schema import Names, SchemaVersionError, ensure_async
+from ._postgres_schema import MigrationTimeout, Names, SchemaVersionError, ensure_async
 
-__all__ = ["PostgresBackend", "SchemaVersionError"]
+__all__ = ["MigrationTimeout", "PostgresBackend", "SchemaVersionError"]
 
 _CYCLE = "SELECT * FROM {s}.cycle(%s::jsonb, %s::text[], %s, %s, %s, %s, %s, %s, %s)"
 
