@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 from . import _clock
+from ._hooks import log
 from ._model import Envelope, Outcome
 
 __all__ = [
@@ -65,7 +66,9 @@ def open_wal(path: str, busy_timeout: float) -> sqlite3.Connection:
     deadline = time.monotonic() + busy_timeout
     while True:
         try:
-            db.execute("PRAGMA journal_mode=WAL")
+            (mode,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
+            if mode != "wal" and path not in ("", ":memory:"):
+                _not_wal(path, mode)
             return db
         except sqlite3.OperationalError as exc:
             # SQLite answers this pragma "locked" at once, without its busy handler,
@@ -75,6 +78,20 @@ def open_wal(path: str, busy_timeout: float) -> sqlite3.Connection:
                 db.close()
                 raise
             time.sleep(0.005)
+
+
+def _not_wal(path: str, mode: str) -> None:
+    # SQLite answers the pragma with the mode it kept rather than failing: a file
+    # system without shared memory (a network mount, say) cannot hold the WAL index.
+    log.warning(
+        "SQLite job store %s: the file stays in journal mode %r, as SQLite refused WAL "
+        "(its file system offers no shared memory, as on most network mounts). The store "
+        "works, but readers and writers now block each other, and a power loss during a "
+        "write may corrupt the file unless synchronous='FULL'. Put the file on a local "
+        "disk, or use another store for workers on several machines",
+        path,
+        mode,
+    )
 
 
 def create_schema(db: sqlite3.Connection) -> None:

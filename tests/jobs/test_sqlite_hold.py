@@ -108,6 +108,38 @@ def test_processes_opening_a_new_file_together_all_open_it(tmp_path: Path) -> No
     assert errors == ["", "", ""]
 
 
+async def test_a_file_sqlite_keeps_out_of_wal_mode_is_named_in_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite answers WAL with the mode it kept where the file system has no shared
+    memory; the store went on silently, its guarantees weaker than the docs say."""
+    real_connect = sqlite3.connect
+
+    def without_shared_memory(path: str, **kwargs: Any) -> sqlite3.Connection:
+        # unix-none: a real SQLite file system layer without the WAL's shared memory.
+        return real_connect(f"file:{path}?vfs=unix-none", uri=True, **kwargs)
+
+    path = tmp_path / "jobs.db"
+    with caplog.at_level("WARNING", logger="batchy.jobs"):
+        await SQLiteBackend(tmp_path / "local.db").close()
+        await SQLiteBackend(":memory:").close()  # no file, no WAL: nothing to say
+        assert caplog.messages == []
+        monkeypatch.setattr(sqlite3, "connect", without_shared_memory)
+        store = SQLiteBackend(path)
+    try:
+        _push(store, "a")  # it works, with weaker guarantees
+        assert [c.id for c in await store.cycle([], ["q"], 1, "w", 30.0, time.time())] == ["a"]
+    finally:
+        await store.close()
+    assert caplog.messages == [
+        f"SQLite job store {path}: the file stays in journal mode 'delete', as SQLite refused "
+        "WAL (its file system offers no shared memory, as on most network mounts). The store "
+        "works, but readers and writers now block each other, and a power loss during a "
+        "write may corrupt the file unless synchronous='FULL'. Put the file on a local disk, "
+        "or use another store for workers on several machines"
+    ]
+
+
 # -- a step's transaction always ends, and says what ended it -------------------------
 
 
