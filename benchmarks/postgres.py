@@ -36,7 +36,10 @@ Every system runs the same jobs per scenario, but procrastinate's no-op run is
 half as long (see SIZES). Each no-op run also reports the CPU per job of the
 worker process and of the server (every ``postgres`` process of this machine,
 from ``/proc``), and what batchy's costs allow on this machine's cores: the
-``ceiling`` line.
+``ceiling`` line. The no-op target is then judged on ``NOOP_ROUNDS`` more
+rounds of batchy and the faster peer, run back to back in alternating order:
+the median of the rounds' ratios (each round's two runs saw the same spell of
+a noisy shared machine, where single runs a minute apart differ by half).
 
 Pick-up latency: one idle worker process per system (concurrency 100); this
 process enqueues one job per call at 200 and then 2,000 jobs/s (2 s each), then
@@ -58,6 +61,7 @@ import json
 import logging
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -88,6 +92,10 @@ LATENCY_SECONDS = max(0.5, 2.0 * SCALE)  # per rate
 DELAYED_N = max(20, int(200 * SCALE))  # spread over one second, due 50-500 ms after enqueue
 DELAYED_PHASE = len(LATENCY_RATES)
 SYSTEMS = [("batchy", "batchy"), ("procrastinate", "procrastinate"), ("pgqueuer", "pgqueuer")]
+# The no-op target is judged on rounds of batchy and the faster peer run back to
+# back (the order alternating), by the median of the rounds' ratios: on a shared
+# 2-core machine one run of each, a minute apart, measured anything from 0.8x to 3.1x.
+NOOP_ROUNDS = int(os.environ.get("BATCHY_BENCH_ROUNDS", "5"))
 
 
 def dsn(db: str) -> str:
@@ -678,15 +686,42 @@ def main() -> None:
         )
     )
     ours = rows["batchy"]
-    noop_x = ours["noop"] / rows[fastest]["noop"]
+    noop_x = _noop_rounds(fastest)
     fewer = fewest / max(ours["queries_per_job"], 1e-9)
     print(
-        f"targets: batchy no-op {noop_x:.1f}x the faster peer ({fastest}; target 3x) -> "
-        f"{'PASS' if noop_x >= 3 else 'FAIL'}; queries per data-loading job {fewer:.0f}x fewer "
-        f"than the fewest of the peers (target 10x) -> {'PASS' if fewer >= 10 else 'FAIL'}"
+        f"targets: batchy no-op {noop_x:.1f}x the faster peer ({fastest}, median of "
+        f"{NOOP_ROUNDS} rounds; target 3x) -> {'PASS' if noop_x >= 3 else 'FAIL'}; queries per "
+        f"data-loading job {fewer:.0f}x fewer than the fewest of the peers (target 10x) -> "
+        f"{'PASS' if fewer >= 10 else 'FAIL'}"
     )
     print(_ceiling(ours, rows[fastest]["noop"], fastest))
     latency()
+
+
+def _noop_rounds(peer: str) -> float:
+    """The median ratio of batchy's no-op rate to ``peer``'s, over rounds run back to back."""
+    rates: dict[str, list[float]] = {"batchy": [], peer: []}
+    ratios = []
+    try:
+        for i in range(NOOP_ROUNDS):
+            order = ["batchy", peer] if i % 2 == 0 else [peer, "batchy"]
+            for system in order:
+                n = SIZES[system]["noop"]
+                _reset(system)
+                asyncio.run(_enqueue(system, "noop", n, True))
+                rates[system].append(n / _run_worker(system, "noop", n)["elapsed"])
+            ratios.append(rates["batchy"][-1] / rates[peer][-1])
+    finally:
+        _drop_all()
+    print(
+        f"no-op rounds, back to back: batchy {_rates(rates['batchy'])}; {peer} "
+        f"{_rates(rates[peer])} jobs/s; ratios {', '.join(f'{r:.2f}' for r in ratios)}"
+    )
+    return statistics.median(ratios)
+
+
+def _rates(values: list[float]) -> str:
+    return ", ".join(f"{v:,.0f}" for v in values)
 
 
 def _sizes_text() -> str:
