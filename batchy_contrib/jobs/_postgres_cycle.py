@@ -45,6 +45,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
   t float8 := {s}.clock();
   o_ids text[];
+  k_ids text[];  -- the outcomes' jobs that have an ordering key, and their keys
+  k_keys text[];
   later text[] := ARRAY[]::text[];
   busy text[];
   applied text[];
@@ -69,14 +71,18 @@ BEGIN
     -- A key held by an open transaction (a push in an application's transaction
     -- holds it until that ends) is not waited for: the rest of the turn goes on.
     IF (SELECT min(j.okey) FROM {s}.jobs j) IS NOT NULL THEN
-      busy := ARRAY(SELECT j.okey FROM {s}.jobs j WHERE j.id = ANY(o_ids) AND j.okey IS NOT NULL);
+      -- Read by id alone, the keys kept by FILTER: "okey IS NOT NULL" in the WHERE
+      -- lets the planner read them through jobs_okey, every keyed job there is, on
+      -- every turn, when statistics taken before a keyed backlog say it is empty.
+      SELECT coalesce(array_agg(j.id) FILTER (WHERE j.okey IS NOT NULL), '{{}}'),
+             coalesce(array_agg(j.okey) FILTER (WHERE j.okey IS NOT NULL), '{{}}')
+        INTO k_ids, k_keys FROM {s}.jobs j WHERE j.id = ANY(o_ids);
       IF p_wait THEN
-        PERFORM {s}.lock_keys(busy);
+        PERFORM {s}.lock_keys(k_keys);
       ELSE
-        busy := {s}.try_lock_keys(busy);
+        busy := {s}.try_lock_keys(k_keys);
         IF cardinality(busy) > 0 THEN
-          later := ARRAY(SELECT j.id FROM {s}.jobs j
-                         WHERE j.id = ANY(o_ids) AND j.okey = ANY(busy));
+          later := ARRAY(SELECT u.i FROM unnest(k_ids, k_keys) u(i, k) WHERE u.k = ANY(busy));
         END IF;
       END IF;
     END IF;

@@ -23,7 +23,7 @@ from ._postgres_cycle import ADVANCE, CYCLE, HEARTBEAT
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 9
+VERSION = 10
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -271,4 +271,5 @@ MIGRATIONS: dict[int, str] = {
     6: _TRY_LOCKS + CYCLE,
     7: CYCLE,
     8: _CLAIMS_BY_TOKEN + KEY_LOCKS + CYCLE + HEARTBEAT + ADVANCE,
+    9: CYCLE,  # the outcomes' ordering keys read by id alone
 }

@@ -221,7 +221,7 @@ async def test_the_schema_is_versioned_made_once_and_refuses_a_newer_one(
     await again.close()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         version = f'SELECT version FROM "{postgres_schema}".version'
-        assert conn.execute(version).fetchall() == [(9,)]
+        assert conn.execute(version).fetchall() == [(10,)]
         conn.execute(f'UPDATE "{postgres_schema}".version SET version = 99')
     newer = PostgresBackend(postgres_dsn, schema=postgres_schema)
     with pytest.raises(SchemaVersionError, match="of version 99, newer than this release"):
@@ -279,7 +279,7 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
     await again.migrate()
     await again.close()
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        assert conn.execute(f"SELECT version FROM {schema}.version").fetchall() == [(9,)]
+        assert conn.execute(f"SELECT version FROM {schema}.version").fetchall() == [(10,)]
         steps = conn.execute(
             "SELECT pg_get_function_identity_arguments(p.oid), p.prosrc FROM pg_proc p "
             "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s "
@@ -289,6 +289,7 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
         assert len(steps) == 1 and steps[0][0].startswith("p_outcomes jsonb")
         assert "'m'::text" in steps[0][1]  # version 8's step
         assert "j.id = ANY(ARRAY(SELECT x.id" in steps[0][1]  # version 9's
+        assert "INTO k_ids, k_keys FROM" in steps[0][1]  # version 10's
         beat = conn.execute(
             "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
             "WHERE n.nspname = %s AND p.proname = 'heartbeat'",

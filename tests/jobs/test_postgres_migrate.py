@@ -93,7 +93,7 @@ async def test_a_migration_behind_an_open_transaction_gives_up_and_names_it(
     message = str(raised.value)
     pid = app_transaction.info.backend_pid
     assert message.startswith(
-        f"cannot migrate job schema {at_version_8!r} from version 8 to 9: a lock on its tables "
+        f"cannot migrate job schema {at_version_8!r} from version 8 to 10: a lock on its tables "
         "was not granted within 0.2 s in any of "
     )
     assert f"pid {pid} (idle in transaction" in message
@@ -106,7 +106,7 @@ async def test_a_migration_behind_an_open_transaction_gives_up_and_names_it(
     again = PostgresBackend(postgres_dsn, schema=at_version_8)
     await again.migrate()
     await again.close()
-    assert _version(postgres_dsn, at_version_8) == 9
+    assert _version(postgres_dsn, at_version_8) == 10
 
 
 async def test_a_migration_goes_through_once_the_transaction_ends(
@@ -125,7 +125,7 @@ async def test_a_migration_goes_through_once_the_transaction_ends(
         await migrating
     finally:
         await store.close()
-    assert _version(postgres_dsn, at_version_8) == 9
+    assert _version(postgres_dsn, at_version_8) == 10
 
 
 @pytest.mark.usefixtures("quick")
@@ -141,4 +141,4 @@ def test_a_blocking_connection_migrates_the_same_way(
         assert time.monotonic() - began < 5
         app_transaction.commit()
         _postgres_schema.ensure_sync(conn, names)
-    assert _version(postgres_dsn, at_version_8) == 9
+    assert _version(postgres_dsn, at_version_8) == 10

@@ -160,3 +160,34 @@ async def test_giving_back_expired_leases_reads_the_jobs_it_gives_back(
         assert work(store.plans) < 12_000, store.plans  # 15,000 for the plan of version 8
     finally:
         await store.close()
+
+
+async def test_a_keyed_backlog_that_came_after_the_statistics_is_not_read_per_turn(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """Statistics taken while no job had an ordering key say the key index is empty:
+    a plan may then read the keys of the outcomes' jobs through that index, every
+    keyed job there is, on every turn, once a keyed backlog arrives."""
+    store = Explained(postgres_dsn, schema=postgres_schema)
+    store.plans = []
+    now = time.time
+    try:
+        for i in range(0, N, 1000):
+            await store.push([Envelope(f"free{j:05d}", "q", "{}") for j in range(i, i + 1000)], 0.0)
+        analyze(postgres_dsn, postgres_schema)  # no keys anywhere
+        for i in range(0, N, 1000):  # a backlog of keyed jobs, two per key, after it
+            await store.push(
+                [
+                    Envelope(f"keyed{j:05d}", "k", "{}", key=f"k{j // 2}")
+                    for j in range(i, i + 1000)
+                ],
+                0.0,
+            )
+        mine = await store.cycle([], ["k"], OWN, "w", 60.0, now())
+        assert len(mine) == OWN
+        store.plans.clear()
+        again = await store.cycle(outcomes(mine), ["k"], OWN, "w", 60.0, now())
+        assert len(again) == OWN and not again.refused
+        assert work(store.plans) < 40 * OWN, store.plans  # 20,000 more for version 9's
+    finally:
+        await store.close()
