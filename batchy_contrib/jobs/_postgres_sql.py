@@ -135,6 +135,17 @@ _CLAIMED = "CONSTRAINT jobs_claimed CHECK ((state = 1) = (token IS NOT NULL))"
 # hold the table (ACCESS EXCLUSIVE) for a scan while every worker waits.
 _CLAIMS_BY_TOKEN = f"ALTER TABLE {{s}}.jobs ADD {_CLAIMED} NOT VALID;"
 
+# Version 10: the functions that read jobs run with enable_seqscan = off (see
+# _postgres_cycle: statistics of a nearly empty table made a scan of every job
+# look cheaper than a probe per key or id), and a turn reads its outcomes' keys
+# by id alone. The functions made only by SCHEMA get the setting here.
+_NO_SCANS = """
+ALTER FUNCTION {s}.push(text[], text[], text[], float8[], text[], float8[], text[])
+  SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION {s}.next_due(text[]) SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION {s}.retry_dead(text[]) SET enable_seqscan = off SET jit = off;
+"""
+
 #: The current schema: tables, indexes and the step functions.
 SCHEMA = f"""
 CREATE TABLE {{s}}.jobs (
@@ -185,7 +196,7 @@ $$;
 CREATE FUNCTION {{s}}.push(
   p_ids text[], p_queues text[], p_payloads text[], p_offsets float8[], p_uniques text[],
   p_ttls float8[], p_keys text[]
-) RETURNS boolean[] LANGUAGE plpgsql AS $$
+) RETURNS boolean[] LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
   t float8 := {{s}}.clock();
@@ -226,7 +237,8 @@ END $$;
 {HEARTBEAT}
 -- Seconds until the first delayed or retry job of p_queues falls due, or the
 -- first lease runs out (its job comes back, and nobody rings for that).
-CREATE FUNCTION {{s}}.next_due(p_queues text[]) RETURNS float8 LANGUAGE sql AS $$
+CREATE FUNCTION {{s}}.next_due(p_queues text[]) RETURNS float8 LANGUAGE sql
+SET enable_seqscan = off SET jit = off AS $$
   SELECT least(
     (SELECT min(d.due) FROM unnest(p_queues) q, LATERAL (
        SELECT x.due FROM {{s}}.jobs x WHERE x.queue = q AND x.state = 0
@@ -235,7 +247,8 @@ CREATE FUNCTION {{s}}.next_due(p_queues text[]) RETURNS float8 LANGUAGE sql AS $
 $$;
 
 -- Dead jobs back on their queues (all when p_ids is NULL); how many moved.
-CREATE FUNCTION {{s}}.retry_dead(p_ids text[]) RETURNS int LANGUAGE plpgsql AS $$
+CREATE FUNCTION {{s}}.retry_dead(p_ids text[]) RETURNS int LANGUAGE plpgsql
+SET enable_seqscan = off SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
   t float8 := {{s}}.clock();
@@ -271,5 +284,5 @@ MIGRATIONS: dict[int, str] = {
     6: _TRY_LOCKS + CYCLE,
     7: CYCLE,
     8: _CLAIMS_BY_TOKEN + KEY_LOCKS + CYCLE + HEARTBEAT + ADVANCE,
-    9: CYCLE,  # the outcomes' ordering keys read by id alone
+    9: CYCLE + HEARTBEAT + ADVANCE + _NO_SCANS,
 }

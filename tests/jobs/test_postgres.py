@@ -296,6 +296,14 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
             (postgres_schema,),
         ).fetchall()
         assert len(beat) == 1 and "j.token = h.token RETURNING" in beat[0][0]
+        scans = conn.execute(
+            "SELECT p.proname, p.proconfig FROM pg_proc p JOIN pg_namespace n "
+            "ON n.oid = p.pronamespace WHERE n.nspname = %s "
+            "AND p.proname NOT IN ('clock', 'wake', 'lock_keys', 'try_lock_keys') ORDER BY 1",
+            (postgres_schema,),
+        ).fetchall()
+        readers = ["advance", "cycle", "heartbeat", "next_due", "push", "retry_dead"]
+        assert scans == [(name, ["enable_seqscan=off", "jit=off"]) for name in readers]
         locks = conn.execute(
             "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n "
             "ON n.oid = p.pronamespace WHERE n.nspname = %s AND p.proname LIKE '%%lock_keys'",
