@@ -35,6 +35,9 @@ class _Lease:
     job: Claimed
     until: float  # time.monotonic() at which the lease runs out unless renewed
     lost: bool = False  # the store refused its token: no longer this worker's job
+    # Its outcome went out in a turn whose answer never came: that turn may have
+    # applied it, so a refusal of the outcome handed in again says nothing.
+    unsure: bool = False
 
 
 class Leases:
@@ -112,13 +115,37 @@ class Leases:
         """Forget ``claim`` without an outcome (its run was cancelled or crashed)."""
         self._held.pop(claim, None)
 
+    def unanswered(self, outcomes: Sequence[Outcome]) -> None:
+        """``outcomes`` went out in a turn that failed: the store may have applied them."""
+        for outcome in outcomes:
+            lease = self._held.get((outcome.id, outcome.token))
+            if lease is not None:
+                lease.unsure = True
+
     def settle(self, outcomes: Sequence[Outcome], refused: Sequence[str]) -> None:
         """``outcomes`` went through a cycle, which refused the ids ``refused``."""
         refused_ids = set(refused)
+        again = []
         for outcome in outcomes:
             lease = self._held.pop((outcome.id, outcome.token), None)
             if lease is not None and outcome.id in refused_ids:
-                self._lose(lease, f"its {outcome.kind} outcome was refused")
+                if lease.unsure:
+                    again.append(outcome.id)
+                else:
+                    self._lose(lease, f"its {outcome.kind} outcome was refused")
+        if again:
+            one = len(again) == 1
+            log.info(
+                "worker %s: the store refused %s handed in again after a turn whose answer "
+                "was lost (%s %s): that turn applied %s, or %s ran out meanwhile and another "
+                "worker's outcome counts; nothing to do",
+                self.worker,
+                "1 outcome" if one else f"{len(again)} outcomes",
+                "job" if one else "jobs",
+                ", ".join(sorted(again)),
+                "it" if one else "them",
+                "its lease" if one else "their leases",
+            )
 
     def _lose(self, lease: _Lease, how: str) -> None:
         if lease.lost:

@@ -259,6 +259,7 @@ class Worker:
                         self._begin(job, claim)
                 claimed = await self._bounded(turn)
             except Exception as error:
+                self._leases.unanswered(outcomes)
                 self._outcomes = outcomes + self._outcomes
                 assert self._halt is not None
                 await pause(self._outage.failed(error), self._halt)

@@ -145,6 +145,51 @@ async def test_store_outage_backs_off_and_logs_twice(caplog: pytest.LogCaptureFi
     assert max(gaps) < 0.5, gaps
 
 
+class AnswerLost(MemoryBackend):
+    """A memory store whose first turn with outcomes applies them, then its answer is lost."""
+
+    lost = False
+
+    async def cycle(self, outcomes: Sequence[Outcome], *rest: Any) -> list[Claimed]:
+        claims = await super().cycle(outcomes, *rest)
+        if outcomes and not self.lost:
+            self.lost = True
+            raise ConnectionError("connection reset by peer")  # after the commit
+        return claims
+
+
+async def test_outcomes_a_lost_answer_applied_are_not_reported_as_lost_jobs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The turn went through, its answer did not: the worker hands the outcomes in again
+    and the store refuses them (the jobs are done). It warned that another worker held
+    each job, to raise the lease and never block the loop: none of it true."""
+    store = AnswerLost()
+    queue = Queue(store)
+
+    @queue.job(name="noop")
+    async def noop() -> None:
+        return None
+
+    handles = [await noop.enqueue() for _ in range(3)]
+    with caplog.at_level(logging.INFO, "batchy.jobs"):
+        await fast_worker(queue, burst=True, poll_interval=0.01).run()
+    assert [(await h.status()).state for h in handles] == ["done"] * 3
+    assert not [r for r in caplog.records if "lost job" in r.getMessage()]
+    again = [r for r in caplog.records if "handed in again" in r.getMessage()]
+    assert len(again) == 1 and again[0].levelno == logging.INFO
+    ids = ", ".join(sorted(h.id for h in handles))
+    assert (
+        again[0]
+        .getMessage()
+        .endswith(
+            f"refused 3 outcomes handed in again after a turn whose answer was lost (jobs {ids}): "
+            "that turn applied them, or their leases ran out meanwhile and another worker's "
+            "outcome counts; nothing to do"
+        )
+    )
+
+
 async def test_an_outage_that_ends_and_starts_again_logs_each_time(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
