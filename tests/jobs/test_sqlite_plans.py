@@ -21,15 +21,17 @@ from batchy.jobs import Envelope, Outcome, SQLiteBackend, WorkerInfo
 OWN = 100
 
 
-async def _work(path: Path, others: int, analyzed: bool) -> dict[str, int]:
+async def _work(path: Path, others: int, analyzed: str) -> dict[str, int]:
     """Hundreds of VM instructions of one worker's turn and heartbeat."""
     store = SQLiteBackend(str(path))
     try:
+        if analyzed == "while empty":
+            store._db.execute("ANALYZE")
         jobs = [Envelope(f"j{i:05d}", "q", "{}") for i in range(others + 2 * OWN)]
         await store.push(jobs, time.time())
         for _ in range(0, others, 500):
             await store.cycle([], ["q"], 500, "others", 60.0, time.time())
-        if analyzed:
+        if analyzed == "while others run":
             store._db.execute("ANALYZE")
         mine = await store.cycle([], ["q"], OWN, "w", 60.0, time.time())
         ticks = [0]
@@ -53,9 +55,9 @@ async def _work(path: Path, others: int, analyzed: bool) -> dict[str, int]:
         await store.close()
 
 
-@pytest.mark.parametrize("analyzed", [False, True], ids=["no statistics", "analyzed"])
+@pytest.mark.parametrize("analyzed", ["never", "while empty", "while others run"])
 def test_a_turn_and_a_heartbeat_cost_the_same_whatever_the_others_run(
-    tmp_path: Path, analyzed: bool
+    tmp_path: Path, analyzed: str
 ) -> None:
     few = asyncio.run(_work(tmp_path / "few.db", 500, analyzed))
     many = asyncio.run(_work(tmp_path / "many.db", 5_000, analyzed))
@@ -64,3 +66,33 @@ def test_a_turn_and_a_heartbeat_cost_the_same_whatever_the_others_run(
     # cancels were read through every running job).
     for step in ("turn", "heartbeat"):
         assert many[step] <= few[step] * 1.2 + 5, (step, few, many)
+
+
+async def _push_work(path: Path, backlog: int) -> int:
+    """Hundreds of VM instructions of a push of keyed jobs, statistics taken while empty."""
+    store = SQLiteBackend(str(path))
+    try:
+        store._db.execute("ANALYZE")
+        jobs = [Envelope(f"j{i:05d}", "q", "{}", key=f"k{i}") for i in range(backlog)]
+        await store.push(jobs, time.time())
+        ticks = [0]
+
+        def tick() -> int:
+            ticks[0] += 1
+            return 0
+
+        store._db.set_progress_handler(tick, 100)
+        fresh = [Envelope(f"new{i:03d}", "q", "{}", key=f"new{i}") for i in range(OWN)]
+        behind = [Envelope(f"next{i:03d}", "q", "{}", key=f"k{i}") for i in range(OWN)]
+        assert await store.push(fresh + behind, time.time()) == [True] * (2 * OWN)
+        store._db.set_progress_handler(None, 0)
+        return ticks[0]
+    finally:
+        await store.close()
+
+
+def test_a_keyed_push_costs_the_same_whatever_the_backlog(tmp_path: Path) -> None:
+    """Each key is looked up (has it a head?) in the key index, not among all jobs."""
+    few = asyncio.run(_push_work(tmp_path / "few.db", 500))
+    many = asyncio.run(_push_work(tmp_path / "many.db", 5_000))
+    assert many <= few * 1.2 + 5, (few, many)
