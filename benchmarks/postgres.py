@@ -95,7 +95,7 @@ SYSTEMS = [("batchy", "batchy"), ("procrastinate", "procrastinate"), ("pgqueuer"
 # The no-op target is judged on rounds of batchy and the faster peer run back to
 # back (the order alternating), by the median of the rounds' ratios: on a shared
 # 2-core machine one run of each, a minute apart, measured anything from 0.8x to 3.1x.
-NOOP_ROUNDS = int(os.environ.get("BATCHY_BENCH_ROUNDS", "5"))
+NOOP_ROUNDS = max(1, int(os.environ.get("BATCHY_BENCH_ROUNDS", "5")))
 
 
 def dsn(db: str) -> str:

@@ -82,7 +82,8 @@ class Leases:
             if lease is None:
                 continue  # settled while the heartbeat was on its way
             if claim[0] in refused:
-                self._lose(lease, "its heartbeat was refused")
+                if not lease.unsure:  # (else its outcome's refusal says it, in settle)
+                    self._lose(lease, "its heartbeat was refused")
             else:
                 lease.until = sent + self.lease
 
@@ -126,25 +127,27 @@ class Leases:
         """``outcomes`` went through a cycle, which refused the ids ``refused``."""
         refused_ids = set(refused)
         again = []
+        now = time.monotonic()
         for outcome in outcomes:
             lease = self._held.pop((outcome.id, outcome.token), None)
             if lease is not None and outcome.id in refused_ids:
-                if lease.unsure:
+                # Within its lease, nobody else could have the job: the unanswered
+                # turn applied it. Past it, the store may have handed it on.
+                if lease.unsure and now < lease.until:
                     again.append(outcome.id)
                 else:
                     self._lose(lease, f"its {outcome.kind} outcome was refused")
         if again:
             one = len(again) == 1
             log.info(
-                "worker %s: the store refused %s handed in again after a turn whose answer "
-                "was lost (%s %s): that turn applied %s, or %s ran out meanwhile and another "
-                "worker's outcome counts; nothing to do",
+                "worker %s: the store refused %s handed in again within %s after a "
+                "turn whose answer was lost (%s %s): that turn applied %s; nothing to do",
                 self.worker,
                 "1 outcome" if one else f"{len(again)} outcomes",
+                "its lease" if one else "their leases",
                 "job" if one else "jobs",
                 ", ".join(sorted(again)),
                 "it" if one else "them",
-                "its lease" if one else "their leases",
             )
 
     def _lose(self, lease: _Lease, how: str) -> None:

@@ -147,11 +147,15 @@ class PostgresPushing:
     def _sync_connection(self) -> psycopg.Connection[Any]:
         """The blocking connection, made on first use (call it holding ``_sync_lock``)."""
         if self._sync is None or self._sync.closed:
-            self._sync = psycopg.connect(self.dsn, autocommit=True)
-            self._database = self._sync.info.dbname
-            if not self._schema_ready:
-                ensure_sync(self._sync, self.names)
-                self._schema_ready = True
+            conn = psycopg.connect(self.dsn, autocommit=True)
+            try:
+                if not self._schema_ready:
+                    ensure_sync(conn, self.names)
+                    self._schema_ready = True
+            except BaseException:
+                conn.close()  # the next push opens another and checks the schema again
+                raise
+            self._sync, self._database = conn, conn.info.dbname
         return self._sync
 
 

@@ -10,9 +10,11 @@ locks in order: an ``ALTER TABLE`` that waits for an application's open
 transaction (one that enqueued holds a lock on the jobs table until it ends)
 makes every later statement on that table wait behind it, so every worker and
 every enqueue would stand still for as long as that transaction stays open. So
-each attempt waits at most ``LOCK_WAIT`` for a lock, then rolls back, gives the
-tables back for a pause and tries again, for ``MIGRATE_FOR`` seconds in all; then
-:class:`MigrationTimeout` names the sessions that held the locks.
+an attempt does not ask for its locks while a transaction older than
+``LOCK_WAIT`` holds one of the schema's tables, waits at most ``LOCK_WAIT``
+for them otherwise, and on either rolls back, gives the tables back for a
+growing pause and tries again, for ``MIGRATE_FOR`` seconds in all; then
+:class:`MigrationTimeout` names the sessions that held the tables.
 """
 
 from __future__ import annotations
@@ -111,11 +113,13 @@ async def ensure_async(conn: psycopg.AsyncConnection[object], names: Names) -> N
                 for statement in names.prepare():
                     await conn.execute(statement)
                 row = await (await conn.execute(names.read_version())).fetchone()
-                attempt.found = _version(row)
-                for statement in names.upgrade(attempt.found):
+                steps = attempt.steps(_version(row))
+                if steps and attempt.found is not None:  # a migration: are the tables free?
+                    attempt.check(await (await conn.execute(_HOLDERS, (names.schema,))).fetchall())
+                for statement in steps:
                     await conn.execute(statement)
             return
-        except psycopg.errors.LockNotAvailable as error:
+        except (psycopg.errors.LockNotAvailable, _Held) as error:
             holders = await (await conn.execute(_HOLDERS, (names.schema,))).fetchall()
             await asyncio.sleep(attempt.failed(error, holders))
 
@@ -128,30 +132,46 @@ def ensure_sync(conn: psycopg.Connection[object], names: Names) -> None:
                 for statement in names.prepare():
                     conn.execute(statement)
                 row = conn.execute(names.read_version()).fetchone()
-                attempt.found = _version(row)
-                for statement in names.upgrade(attempt.found):
+                steps = attempt.steps(_version(row))
+                if steps and attempt.found is not None:
+                    attempt.check(conn.execute(_HOLDERS, (names.schema,)).fetchall())
+                for statement in steps:
                     conn.execute(statement)
             return
-        except psycopg.errors.LockNotAvailable as error:
+        except (psycopg.errors.LockNotAvailable, _Held) as error:
             holders = conn.execute(_HOLDERS, (names.schema,)).fetchall()
             time.sleep(attempt.failed(error, holders))
 
 
-# The other sessions holding locks on the schema's tables, oldest transaction first.
+# The other sessions of this database holding locks on the schema's tables, with
+# the age of their transactions in seconds, oldest first.
 _HOLDERS = """
-SELECT a.pid, a.state, extract(epoch FROM now() - a.xact_start)::int, left(a.query, 60),
-       string_agg(DISTINCT l.relation::regclass::text, ', ')
+SELECT a.pid, a.state, extract(epoch FROM clock_timestamp() - a.xact_start)::float8,
+       left(a.query, 60), string_agg(DISTINCT l.relation::regclass::text, ', ')
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.granted AND l.pid <> pg_backend_pid() AND l.relation IN (
-  SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE n.nspname = %s AND c.relkind IN ('r', 'p'))
+WHERE l.granted AND l.pid <> pg_backend_pid()
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.relation IN (
+    SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = %s AND c.relkind IN ('r', 'p'))
 GROUP BY a.pid, a.state, a.xact_start, a.query
 ORDER BY a.xact_start, a.pid
 """
 
 
+class _Held(Exception):
+    """A transaction older than LOCK_WAIT holds the tables: an attempt now would only wait."""
+
+
 class _Attempts:
-    """The attempts of one creation or migration, with a growing pause after each failure."""
+    """The attempts of one creation or migration, with a growing pause after each failure.
+
+    Before it alters a table, an attempt looks at who holds the schema's tables:
+    while a transaction older than ``LOCK_WAIT`` holds one (an application's,
+    open since who knows when), it does not queue its own lock request behind
+    it, which would hold every worker up for ``LOCK_WAIT`` on each attempt. It
+    waits, then looks again.
+    """
 
     def __init__(self, names: Names) -> None:
         self.names = names
@@ -164,9 +184,17 @@ class _Attempts:
             self.tries += 1
             yield self
 
+    def steps(self, found: int | None) -> list[str]:
+        self.found = found
+        return self.names.upgrade(found)
+
+    def check(self, holders: list[Any]) -> None:
+        if _long(holders):
+            raise _Held()
+
     def failed(self, error: Exception, holders: list[Any]) -> float:
         """The pause before the next attempt; raises :class:`MigrationTimeout` when out of time."""
-        pause = min(5.0, 0.25 * 2.0**self.tries) * random.uniform(0.5, 1.0)
+        pause = min(5.0, LOCK_WAIT * 2.0 ** (self.tries - 1)) * random.uniform(0.5, 1.0)
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise MigrationTimeout(self._explain(holders)) from error
@@ -174,7 +202,7 @@ class _Attempts:
             log.warning(
                 "job schema %r: migration waits for a lock held by %s; trying again for up to %g s",
                 self.names.schema,
-                ", ".join(f"pid {h[0]}" for h in holders) or "another session",
+                ", ".join(f"pid {h[0]}" for h in _long(holders) or holders) or "another session",
                 MIGRATE_FOR,
             )
         return min(pause, left)
@@ -182,17 +210,23 @@ class _Attempts:
     def _explain(self, holders: list[Any]) -> str:
         target = "" if self.found is None else f" from version {self.found}"
         held = "; ".join(
-            f"pid {pid} ({state} for {age} s, last query {query!r}) holds a lock on {tables}"
-            for pid, state, age, query, tables in holders
+            f"pid {pid} ({state} for {age:.0f} s, last query {query!r}) holds a lock on {tables}"
+            for pid, state, age, query, tables in _long(holders) or holders
         )
         return (
-            f"cannot migrate job schema {self.names.schema!r}{target} to {ddl.VERSION}: a lock "
-            f"on its tables was not granted within {LOCK_WAIT:g} s in any of {self.tries} "
-            f"attempts over {MIGRATE_FOR:g} s, and waiting longer would stop every worker "
-            f"and enqueue behind it. {held or 'Other sessions held them'}. End that "
+            f"cannot migrate job schema {self.names.schema!r}{target} to {ddl.VERSION}: other "
+            f"sessions held its tables through {self.tries} attempts over {MIGRATE_FOR:g} s "
+            f"(an attempt waits at most {LOCK_WAIT:g} s for a lock, and none while a "
+            "transaction older than that holds one), and waiting longer would stop every "
+            f"worker and enqueue behind it. {held or 'No session holds them now'}. End that "
             "transaction (or pg_terminate_backend(pid)), or migrate at deploy time "
             "(await backend.migrate()) while no transaction holds the job tables"
         )
+
+
+def _long(holders: list[Any]) -> list[Any]:
+    """The holders whose transactions are older than LOCK_WAIT."""
+    return [h for h in holders if h[2] is not None and h[2] >= LOCK_WAIT]
 
 
 def _version(row: object) -> int | None:

@@ -146,11 +146,18 @@ async def test_store_outage_backs_off_and_logs_twice(caplog: pytest.LogCaptureFi
 
 
 class AnswerLost(MemoryBackend):
-    """A memory store whose first turn with outcomes applies them, then its answer is lost."""
+    """A memory store whose first turn with outcomes applies them, then its answer is lost;
+    the ``down`` turns after it fail too (nothing applied), while heartbeats go on."""
 
-    lost = False
+    def __init__(self, down: int = 0) -> None:
+        super().__init__()
+        self.lost = False
+        self.down = down
 
     async def cycle(self, outcomes: Sequence[Outcome], *rest: Any) -> list[Claimed]:
+        if self.lost and self.down:
+            self.down -= 1
+            raise ConnectionError("connection refused")
         claims = await super().cycle(outcomes, *rest)
         if outcomes and not self.lost:
             self.lost = True
@@ -158,13 +165,15 @@ class AnswerLost(MemoryBackend):
         return claims
 
 
+@pytest.mark.parametrize("down", [0, 3], ids=["answer lost", "then heartbeats meanwhile"])
 async def test_outcomes_a_lost_answer_applied_are_not_reported_as_lost_jobs(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, down: int
 ) -> None:
     """The turn went through, its answer did not: the worker hands the outcomes in again
-    and the store refuses them (the jobs are done). It warned that another worker held
-    each job, to raise the lease and never block the loop: none of it true."""
-    store = AnswerLost()
+    and the store refuses them (the jobs are done), as it refuses the heartbeats that
+    renew them meanwhile. Each refusal was a warning that the store gave the job to
+    another worker, with advice to raise the lease and never block the loop."""
+    store = AnswerLost(down)
     queue = Queue(store)
 
     @queue.job(name="noop")
@@ -173,7 +182,8 @@ async def test_outcomes_a_lost_answer_applied_are_not_reported_as_lost_jobs(
 
     handles = [await noop.enqueue() for _ in range(3)]
     with caplog.at_level(logging.INFO, "batchy.jobs"):
-        await fast_worker(queue, burst=True, poll_interval=0.01).run()
+        await fast_worker(queue, burst=True, poll_interval=0.01, heartbeat=0.02).run()
+    assert store.down == 0
     assert [(await h.status()).state for h in handles] == ["done"] * 3
     assert not [r for r in caplog.records if "lost job" in r.getMessage()]
     again = [r for r in caplog.records if "handed in again" in r.getMessage()]
@@ -183,11 +193,30 @@ async def test_outcomes_a_lost_answer_applied_are_not_reported_as_lost_jobs(
         again[0]
         .getMessage()
         .endswith(
-            f"refused 3 outcomes handed in again after a turn whose answer was lost (jobs {ids}): "
-            "that turn applied them, or their leases ran out meanwhile and another worker's "
-            "outcome counts; nothing to do"
+            "the store refused 3 outcomes handed in again within their leases after a turn "
+            f"whose answer was lost (jobs {ids}): that turn applied them; nothing to do"
         )
     )
+
+
+async def test_an_outcome_refused_after_its_lease_ran_out_is_still_a_lost_job(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Past its lease, the store may have handed the job on: that stays a warning."""
+    store = AnswerLost(down=30)
+    queue = Queue(store)
+
+    @queue.job(name="noop")
+    async def noop() -> None:
+        return None
+
+    await noop.enqueue()
+    with caplog.at_level(logging.INFO, "batchy.jobs"):
+        await fast_worker(queue, burst=True, poll_interval=0.01, lease=0.2).run()
+    lost = [r for r in caplog.records if "lost job" in r.getMessage()]
+    assert len(lost) == 1 and lost[0].levelno == logging.WARNING
+    assert "its done outcome was refused" in lost[0].getMessage()
+    assert not [r for r in caplog.records if "handed in again" in r.getMessage()]
 
 
 async def test_an_outage_that_ends_and_starts_again_logs_each_time(
