@@ -11,7 +11,8 @@ transaction (one that enqueued holds a lock on the jobs table until it ends)
 makes every later statement on that table wait behind it, so every worker and
 every enqueue would stand still for as long as that transaction stays open. So
 an attempt does not ask for its locks while a transaction older than
-``LOCK_WAIT`` holds one of the schema's tables, waits at most ``LOCK_WAIT``
+``LOCK_WAIT`` holds one of the tables it alters (one that only replaces
+functions or adds tables waits for nobody), waits at most ``LOCK_WAIT``
 for them otherwise, and on either rolls back, gives the tables back for a
 growing pause and tries again, for ``MIGRATE_FOR`` seconds in all; then
 :class:`MigrationTimeout` names the sessions that held the tables.
@@ -114,13 +115,13 @@ async def ensure_async(conn: psycopg.AsyncConnection[object], names: Names) -> N
                     await conn.execute(statement)
                 row = await (await conn.execute(names.read_version())).fetchone()
                 steps = attempt.steps(_version(row))
-                if steps and attempt.found is not None:  # a migration: are the tables free?
-                    attempt.check(await (await conn.execute(_HOLDERS, (names.schema,))).fetchall())
+                if attempt.alters:  # are the tables it alters free?
+                    attempt.check(await (await conn.execute(_HOLDERS, attempt.args)).fetchall())
                 for statement in steps:
                     await conn.execute(statement)
             return
         except (psycopg.errors.LockNotAvailable, _Held) as error:
-            holders = await (await conn.execute(_HOLDERS, (names.schema,))).fetchall()
+            holders = await (await conn.execute(_HOLDERS, attempt.args)).fetchall()
             await asyncio.sleep(attempt.failed(error, holders))
 
 
@@ -133,18 +134,18 @@ def ensure_sync(conn: psycopg.Connection[object], names: Names) -> None:
                     conn.execute(statement)
                 row = conn.execute(names.read_version()).fetchone()
                 steps = attempt.steps(_version(row))
-                if steps and attempt.found is not None:
-                    attempt.check(conn.execute(_HOLDERS, (names.schema,)).fetchall())
+                if attempt.alters:
+                    attempt.check(conn.execute(_HOLDERS, attempt.args).fetchall())
                 for statement in steps:
                     conn.execute(statement)
             return
         except (psycopg.errors.LockNotAvailable, _Held) as error:
-            holders = conn.execute(_HOLDERS, (names.schema,)).fetchall()
+            holders = conn.execute(_HOLDERS, attempt.args).fetchall()
             time.sleep(attempt.failed(error, holders))
 
 
-# The other sessions of this database holding locks on the schema's tables, with
-# the age of their transactions in seconds, oldest first.
+# The other sessions of this database holding locks on the schema's tables (those
+# named, or all when NULL), with the age of their transactions in s, oldest first.
 _HOLDERS = """
 SELECT a.pid, a.state, extract(epoch FROM clock_timestamp() - a.xact_start)::float8,
        left(a.query, 60), string_agg(DISTINCT l.relation::regclass::text, ', ')
@@ -153,7 +154,8 @@ WHERE l.granted AND l.pid <> pg_backend_pid()
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND l.relation IN (
     SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname = %s AND c.relkind IN ('r', 'p'))
+    WHERE n.nspname = %s AND c.relkind IN ('r', 'p')
+      AND (%s::text[] IS NULL OR c.relname = ANY(%s::text[])))
 GROUP BY a.pid, a.state, a.xact_start, a.query
 ORDER BY a.xact_start, a.pid
 """
@@ -176,6 +178,7 @@ class _Attempts:
     def __init__(self, names: Names) -> None:
         self.names = names
         self.found: int | None = None  # the version the last attempt read
+        self.alters: list[str] = []  # the existing tables its steps alter
         self.deadline = time.monotonic() + MIGRATE_FOR
         self.tries = 0
 
@@ -185,8 +188,18 @@ class _Attempts:
             yield self
 
     def steps(self, found: int | None) -> list[str]:
+        """The statements that take version ``found`` to ours; notes the tables they alter."""
         self.found = found
-        return self.names.upgrade(found)
+        steps = self.names.upgrade(found)
+        # Only a migration that alters an existing table (ALTER TABLE, CREATE INDEX)
+        # queues behind that table's holders; new tables and functions do not.
+        self.alters = [] if found is None else sorted(set(_ALTERS.findall("".join(steps))))
+        return steps
+
+    @property
+    def args(self) -> tuple[object, ...]:
+        tables = self.alters or None
+        return (self.names.schema, tables, tables)
 
     def check(self, holders: list[Any]) -> None:
         if _long(holders):
@@ -210,7 +223,8 @@ class _Attempts:
     def _explain(self, holders: list[Any]) -> str:
         target = "" if self.found is None else f" from version {self.found}"
         held = "; ".join(
-            f"pid {pid} ({state} for {age:.0f} s, last query {query!r}) holds a lock on {tables}"
+            f"pid {pid} ({state} for {'?' if age is None else f'{age:.0f}'} s, last query "
+            f"{query!r}) holds a lock on {tables}"
             for pid, state, age, query, tables in _long(holders) or holders
         )
         return (
@@ -218,10 +232,16 @@ class _Attempts:
             f"sessions held its tables through {self.tries} attempts over {MIGRATE_FOR:g} s "
             f"(an attempt waits at most {LOCK_WAIT:g} s for a lock, and none while a "
             "transaction older than that holds one), and waiting longer would stop every "
-            f"worker and enqueue behind it. {held or 'No session holds them now'}. End that "
+            f"worker and enqueue behind it. {held or _NOBODY}. End that "
             "transaction (or pg_terminate_backend(pid)), or migrate at deploy time "
             "(await backend.migrate()) while no transaction holds the job tables"
         )
+
+
+_ALTERS = re.compile(r'(?:ALTER TABLE|CREATE INDEX[^;]*? ON)\s+"\w+"\.(\w+)')
+_NOBODY = (
+    "No session holds them now (a prepared transaction would not show here: see pg_prepared_xacts)"
+)
 
 
 def _long(holders: list[Any]) -> list[Any]:

@@ -173,3 +173,25 @@ def test_a_blocking_push_checks_the_schema_again_after_a_failed_migration(
         assert _version(postgres_dsn, at_version_8) == 10
     finally:
         asyncio.run(store.close())
+
+
+@pytest.mark.usefixtures("quick")
+async def test_a_migration_that_alters_no_table_does_not_wait_for_the_tables_holders(
+    postgres_dsn: str, at_version_8: str, app_transaction: psycopg.Connection[object]
+) -> None:
+    """Version 9 to 10 only replaces functions: an open transaction on the jobs table
+    does not stand in its way (the first look at the tables' holders made it wait
+    for that transaction, then give up)."""
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        # Version 9 as the test's schema has it, but for the stamp (9 to 10 is
+        # idempotent: CREATE OR REPLACE and ALTER FUNCTION).
+        conn.execute(f'UPDATE "{at_version_8}".version SET version = 9')
+    await asyncio.sleep(0.3)  # the application's transaction is older than LOCK_WAIT
+    store = PostgresBackend(postgres_dsn, schema=at_version_8)
+    began = time.monotonic()
+    try:
+        await asyncio.wait_for(store.migrate(), 5)
+    finally:
+        await store.close()
+    assert time.monotonic() - began < 1.0
+    assert _version(postgres_dsn, at_version_8) == 10
