@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import psycopg
@@ -63,7 +64,9 @@ def analyze(dsn: str, schema: str) -> None:
 class Explained(PostgresBackend):
     """The store, its connections logging the plan (with counts) of every statement."""
 
-    plans: list[str]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plans: list[str] = []
 
     async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
         conn.add_notice_handler(lambda d: self.plans.append(d.message_primary or ""))
@@ -80,6 +83,22 @@ class Explained(PostgresBackend):
         await super()._configure(conn)
 
 
+@pytest.fixture
+async def explained(
+    postgres_dsn: str, postgres_schema: str
+) -> AsyncIterator[Callable[..., Explained]]:
+    """Makes explained stores on the test's schema (``**options`` of the store); closes them."""
+    made: list[Explained] = []
+
+    def make(**options: Any) -> Explained:
+        made.append(Explained(postgres_dsn, schema=postgres_schema, **options))
+        return made[-1]
+
+    yield make
+    for store in made:
+        await store.close()
+
+
 def outcomes(claims: list[Claimed]) -> list[Outcome]:
     return [Outcome(c.id, "done", result="null", keep=3600.0, token=c.token) for c in claims]
 
@@ -87,163 +106,144 @@ def outcomes(claims: list[Claimed]) -> list[Outcome]:
 @pytest.mark.parametrize("keyed", [False, True], ids=["no keys", "ordering keys"])
 @pytest.mark.parametrize("analyzed", ["while empty", "before others claim", "while others run"])
 async def test_the_worker_steps_read_their_own_jobs_not_every_running_one(
-    postgres_dsn: str, postgres_schema: str, analyzed: str, keyed: bool
+    postgres_dsn: str,
+    postgres_schema: str,
+    explained: Callable[..., Explained],
+    analyzed: str,
+    keyed: bool,
 ) -> None:
     """Plans that grew with the others' running jobs (a scan of ``jobs_lease`` per
     outcome, 650,000 rows for a turn of 100) fail; so would a scan of the table."""
-    store = Explained(postgres_dsn, schema=postgres_schema)
-    store.plans = []
+    store = explained()
     now = time.time
-    try:
-        # With keys, a third of them two jobs per key: the second waits behind the
-        # first (state 2).
-        pushed = [
-            Envelope(f"job{i:05d}", "default", "{}", key=f"k{i % (N * 3 // 4)}" if keyed else None)
-            for i in range(N)
-        ]
-        if analyzed == "while empty":  # a new queue, analyzed before its first jobs
-            await store.migrate()
-            analyze(postgres_dsn, postgres_schema)
-        for i in range(0, N, 1000):
-            await store.push(pushed[i : i + 1000], now())
-        if analyzed == "before others claim":
-            analyze(postgres_dsn, postgres_schema)
-        for _ in range(OTHERS // 100):
-            await store.cycle([], ["default"], 100, "others", 60.0, now())
-        if analyzed == "while others run":
-            analyze(postgres_dsn, postgres_schema)
-        mine = await store.cycle([], ["default"], OWN, "w", 60.0, now())
+    # With keys, a third of them two jobs per key: the second waits behind the
+    # first (state 2).
+    pushed = [
+        Envelope(f"job{i:05d}", "default", "{}", key=f"k{i % (N * 3 // 4)}" if keyed else None)
+        for i in range(N)
+    ]
+    if analyzed == "while empty":  # a new queue, analyzed before its first jobs
+        await store.migrate()
+        analyze(postgres_dsn, postgres_schema)
+    for i in range(0, N, 1000):
+        await store.push(pushed[i : i + 1000], now())
+    if analyzed == "before others claim":
+        analyze(postgres_dsn, postgres_schema)
+    for _ in range(OTHERS // 100):
+        await store.cycle([], ["default"], 100, "others", 60.0, now())
+    if analyzed == "while others run":
+        analyze(postgres_dsn, postgres_schema)
+    mine = await store.cycle([], ["default"], OWN, "w", 60.0, now())
 
-        store.plans.clear()
-        again = await store.cycle(outcomes(mine), ["default"], OWN, "w", 60.0, now())
-        assert len(mine) == len(again) == OWN and not again.refused
-        # A turn hands in OWN outcomes and claims OWN jobs: a row counts once per
-        # plan node it passes (about 20 times); a pass over the others' jobs, or
-        # over the table, adds 10,000 or more.
-        assert work(store.plans) < 40 * OWN, store.plans
+    store.plans.clear()
+    again = await store.cycle(outcomes(mine), ["default"], OWN, "w", 60.0, now())
+    assert len(mine) == len(again) == OWN and not again.refused
+    # A turn hands in OWN outcomes and claims OWN jobs: a row counts once per
+    # plan node it passes (about 20 times); a pass over the others' jobs, or
+    # over the table, adds 10,000 or more.
+    assert work(store.plans) < 40 * OWN, store.plans
 
-        store.plans.clear()
-        info = WorkerInfo("w", "host", 1, ("default",), OWN)
-        lost = await store.heartbeat(info, [(c.id, c.token) for c in again], 60.0, now())
-        assert lost == []
-        assert work(store.plans) < 20 * OWN, store.plans
+    store.plans.clear()
+    info = WorkerInfo("w", "host", 1, ("default",), OWN)
+    lost = await store.heartbeat(info, [(c.id, c.token) for c in again], 60.0, now())
+    assert lost == []
+    assert work(store.plans) < 20 * OWN, store.plans
 
-        store.plans.clear()
-        assert await store.save_progress(again[0].id, again[0].token, "{}", 60.0, now())
-        assert work(store.plans) < 10, store.plans
-    finally:
-        await store.close()
+    store.plans.clear()
+    assert await store.save_progress(again[0].id, again[0].token, "{}", 60.0, now())
+    assert work(store.plans) < 10, store.plans
 
 
 @pytest.mark.parametrize("analyzed", ["before others claim", "while others run"])
 async def test_giving_back_expired_leases_reads_the_jobs_it_gives_back(
-    postgres_dsn: str, postgres_schema: str, analyzed: str
+    postgres_dsn: str, postgres_schema: str, explained: Callable[..., Explained], analyzed: str
 ) -> None:
     """After a crash of many workers a turn gives back 1,000 of their jobs: it reads
     those, not all 40,000 (a plan that scans the table for them, or every
     expired lease, on every turn until they are all back)."""
-    store = Explained(postgres_dsn, schema=postgres_schema)
-    store.plans = []
+    store = explained()
     now = time.time
-    try:
-        for i in range(0, 50_000, 5_000):
-            await store.push([Envelope(f"job{j:05d}", "q", "{}") for j in range(i, i + 5_000)], 0.0)
-        if analyzed == "before others claim":
-            analyze(postgres_dsn, postgres_schema)
-        start = time.monotonic()
-        for _ in range(40):  # the workers that crash: their leases run out together
-            await store.cycle([], ["q"], 1_000, "crashed", LEASE, now())
-        assert time.monotonic() - start < LEASE, "claims slower than their lease"
-        if analyzed == "while others run":
-            analyze(postgres_dsn, postgres_schema)
-        await asyncio.sleep(LEASE - (time.monotonic() - start) + 0.1)
-        store.plans.clear()
-        await store.cycle([], ["q"], 0, "w", 60.0, now())
-        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-            back = f'SELECT count(*) FROM "{postgres_schema}".jobs WHERE state = 0'
-            assert conn.execute(back).fetchone() == (11_000,)
-        assert work(store.plans) < 12_000, store.plans  # 15,000 for the plan of version 8
-    finally:
-        await store.close()
+    for i in range(0, 50_000, 5_000):
+        await store.push([Envelope(f"job{j:05d}", "q", "{}") for j in range(i, i + 5_000)], 0.0)
+    if analyzed == "before others claim":
+        analyze(postgres_dsn, postgres_schema)
+    start = time.monotonic()
+    for _ in range(40):  # the workers that crash: their leases run out together
+        await store.cycle([], ["q"], 1_000, "crashed", LEASE, now())
+    assert time.monotonic() - start < LEASE, "claims slower than their lease"
+    if analyzed == "while others run":
+        analyze(postgres_dsn, postgres_schema)
+    await asyncio.sleep(LEASE - (time.monotonic() - start) + 0.1)
+    store.plans.clear()
+    await store.cycle([], ["q"], 0, "w", 60.0, now())
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        back = f'SELECT count(*) FROM "{postgres_schema}".jobs WHERE state = 0'
+        assert conn.execute(back).fetchone() == (11_000,)
+    assert work(store.plans) < 12_000, store.plans  # 15,000 for the plan of version 8
 
 
 async def test_a_keyed_backlog_that_came_after_the_statistics_is_not_read_per_turn(
-    postgres_dsn: str, postgres_schema: str
+    postgres_dsn: str, postgres_schema: str, explained: Callable[..., Explained]
 ) -> None:
     """Statistics taken while no job had an ordering key say the key index is empty:
     a plan may then read the keys of the outcomes' jobs through that index, every
     keyed job there is, on every turn, once a keyed backlog arrives."""
-    store = Explained(postgres_dsn, schema=postgres_schema)
-    store.plans = []
+    store = explained()
     now = time.time
-    try:
-        for i in range(0, N, 1000):
-            await store.push([Envelope(f"free{j:05d}", "q", "{}") for j in range(i, i + 1000)], 0.0)
-        analyze(postgres_dsn, postgres_schema)  # no keys anywhere
-        for i in range(0, N, 1000):  # a backlog of keyed jobs, two per key, after it
-            await store.push(
-                [
-                    Envelope(f"keyed{j:05d}", "k", "{}", key=f"k{j // 2}")
-                    for j in range(i, i + 1000)
-                ],
-                0.0,
-            )
-        mine = await store.cycle([], ["k"], OWN, "w", 60.0, now())
-        assert len(mine) == OWN
-        store.plans.clear()
-        again = await store.cycle(outcomes(mine), ["k"], OWN, "w", 60.0, now())
-        assert len(again) == OWN and not again.refused
-        assert work(store.plans) < 40 * OWN, store.plans  # 20,000 more for version 9's
-    finally:
-        await store.close()
+    for i in range(0, N, 1000):
+        await store.push([Envelope(f"free{j:05d}", "q", "{}") for j in range(i, i + 1000)], 0.0)
+    analyze(postgres_dsn, postgres_schema)  # no keys anywhere
+    for i in range(0, N, 1000):  # a backlog of keyed jobs, two per key, after it
+        await store.push(
+            [Envelope(f"keyed{j:05d}", "k", "{}", key=f"k{j // 2}") for j in range(i, i + 1000)],
+            0.0,
+        )
+    mine = await store.cycle([], ["k"], OWN, "w", 60.0, now())
+    assert len(mine) == OWN
+    store.plans.clear()
+    again = await store.cycle(outcomes(mine), ["k"], OWN, "w", 60.0, now())
+    assert len(again) == OWN and not again.refused
+    assert work(store.plans) < 40 * OWN, store.plans  # 20,000 more for version 9's
 
 
 @pytest.mark.parametrize("analyzed", ["while empty", "before the backlog had keys"])
 async def test_a_keyed_push_reads_its_own_keys_not_the_table(
-    postgres_dsn: str, postgres_schema: str, analyzed: str
+    postgres_dsn: str, postgres_schema: str, explained: Callable[..., Explained], analyzed: str
 ) -> None:
     """A push looks each key up (is there a head already?): one probe of the key index,
     whatever the statistics, not a scan of the jobs (for a new key, all of them)."""
-    store = Explained(postgres_dsn, schema=postgres_schema)
-    store.plans = []
-    try:
-        await store.migrate()
-        if analyzed == "while empty":
-            analyze(postgres_dsn, postgres_schema)
-        for i in range(0, N, 1000):
-            await store.push([Envelope(f"free{j:05d}", "q", "{}") for j in range(i, i + 1000)], 0.0)
-        if analyzed == "before the backlog had keys":
-            analyze(postgres_dsn, postgres_schema)
-        for i in range(0, N, 1000):
-            await store.push(
-                [Envelope(f"keyed{j:05d}", "k", "{}", key=f"k{j}") for j in range(i, i + 1000)],
-                0.0,
-            )
-        store.plans.clear()
-        fresh = [Envelope(f"new{j:03d}", "k", "{}", key=f"new{j}") for j in range(OWN)]
-        behind = [Envelope(f"next{j:03d}", "k", "{}", key=f"k{j}") for j in range(OWN)]
-        assert await store.push(fresh + behind, 0.0) == [True] * (2 * OWN)
-        assert work(store.plans) < 40 * OWN, store.plans
-    finally:
-        await store.close()
+    store = explained()
+    await store.migrate()
+    if analyzed == "while empty":
+        analyze(postgres_dsn, postgres_schema)
+    for i in range(0, N, 1000):
+        await store.push([Envelope(f"free{j:05d}", "q", "{}") for j in range(i, i + 1000)], 0.0)
+    if analyzed == "before the backlog had keys":
+        analyze(postgres_dsn, postgres_schema)
+    for i in range(0, N, 1000):
+        await store.push(
+            [Envelope(f"keyed{j:05d}", "k", "{}", key=f"k{j}") for j in range(i, i + 1000)],
+            0.0,
+        )
+    store.plans.clear()
+    fresh = [Envelope(f"new{j:03d}", "k", "{}", key=f"new{j}") for j in range(OWN)]
+    behind = [Envelope(f"next{j:03d}", "k", "{}", key=f"k{j}") for j in range(OWN)]
+    assert await store.push(fresh + behind, 0.0) == [True] * (2 * OWN)
+    assert work(store.plans) < 40 * OWN, store.plans
 
 
 async def test_a_turn_that_prunes_reads_little_and_compiles_nothing(
-    postgres_dsn: str, postgres_schema: str
+    postgres_dsn: str, postgres_schema: str, explained: Callable[..., Explained]
 ) -> None:
     """The prune's statements read small tables that have no index for their filter
     (workers): with scans disabled for the store's functions, their cost passed JIT's
     threshold, and each prune compiled them (25 ms)."""
-    store = Explained(postgres_dsn, schema=postgres_schema, prune_every=0)
-    store.plans = []
-    try:
-        await store.push([Envelope(f"job{j:03d}", "q", "{}") for j in range(OWN)], 0.0)
-        mine = await store.cycle([], ["q"], OWN, "w", 60.0, time.time())
-        info = WorkerInfo("w", "host", 1, ("q",), OWN)
-        await store.heartbeat(info, [(c.id, c.token) for c in mine], 60.0, time.time())
-        store.plans.clear()
-        await store.cycle(outcomes(mine), ["q"], OWN, "w", 60.0, time.time())
-        assert any("DELETE FROM" in p and ".workers" in p for p in store.plans)  # it pruned
-        assert work(store.plans) < 40 * OWN, store.plans
-    finally:
-        await store.close()
+    store = explained(prune_every=0)
+    await store.push([Envelope(f"job{j:03d}", "q", "{}") for j in range(OWN)], 0.0)
+    mine = await store.cycle([], ["q"], OWN, "w", 60.0, time.time())
+    info = WorkerInfo("w", "host", 1, ("q",), OWN)
+    await store.heartbeat(info, [(c.id, c.token) for c in mine], 60.0, time.time())
+    store.plans.clear()
+    await store.cycle(outcomes(mine), ["q"], OWN, "w", 60.0, time.time())
+    assert any("DELETE FROM" in p and ".workers" in p for p in store.plans)  # it pruned
+    assert work(store.plans) < 40 * OWN, store.plans
