@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import datetime
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
@@ -41,6 +43,7 @@ from ._build import (
     select,
 )
 from ._errors import (
+    CONTAINERS,
     KeysRejected,
     Kind,
     bad_key,
@@ -332,6 +335,8 @@ class SQLDatabase(abc.ABC):
             max_batch_size=max_batch_size or self.default_batch_size,
             max_concurrency=max_concurrency,
             cache=cache,
+            # query() matches rows to keys by Python's ==, so its keys are too.
+            key=None if keyed is None else _as_sent,
         )
 
     async def _load(
@@ -343,7 +348,7 @@ class SQLDatabase(abc.ABC):
     ) -> list[Any]:
         """One batch: keys the driver cannot bind fail alone, the rest go in one statement."""
         name = match.name
-        alone: dict[int, BaseException] = {}  # index in keys -> that key's own error
+        alone: dict[int, object] = {}  # index in keys -> that key's own error, or _ABSENT
         binds = self.plain_key_types
         for i, k in enumerate(keys):
             if type(k) not in binds and (problem := self._bind_problem(k)) is not None:
@@ -379,7 +384,10 @@ class SQLDatabase(abc.ABC):
                         # Nothing came back: fail those keys alone and send the rest.
                         why = unreadable_key if rejected.by_server else unencodable_key
                         for j, error in rejected.bad.items():
-                            alone[sent[j]] = why(self, name, batch[j], error)
+                            if j in rejected.absent:
+                                alone[sent[j]] = _ABSENT
+                            else:
+                                alone[sent[j]] = why(self, name, batch[j], error)
                         sent = [i for j, i in enumerate(sent) if j not in rejected.bad]
                         continue
                     if positional or keyed is None or match.still_ints(rows):
@@ -401,8 +409,40 @@ class SQLDatabase(abc.ABC):
             for i, value in zip(sent, values, strict=True):
                 out[i] = value
             for i, bad in alone.items():
-                out[i] = bad
+                out[i] = _own(match, bad)
             return out
         if not alone:
             raise failure
-        return [alone.get(i, failure) for i in range(len(keys))]
+        return [_own(match, alone[i]) if i in alone else failure for i in range(len(keys))]
+
+
+#: Key types whose == holds only between values the server reads alike.
+_SAME_AS_SENT = frozenset({int, str, bytes, uuid.UUID, datetime.date})
+_TYPED = object()  # (no key of the caller's holds it: a tuple key is refused anyway)
+
+
+def _as_sent(key: Any) -> Any:
+    """The cache key of a one() or many() key: keys share a value only if they are sent alike.
+
+    The engine merges keys that are equal in Python, in a batch and in the
+    scope's cache; but ``1``, ``1.0``, ``True`` and ``Decimal("1.00")`` are
+    equal there and go to the server as four texts, which a text column tells
+    apart (so do equal instants in two time zones, against a column without
+    one): the first key asked would answer for the others. So beyond the
+    types above, a key is told apart by its type and ``repr``.
+    """
+    kind = type(key)
+    if kind in _SAME_AS_SENT or key is None or isinstance(key, CONTAINERS):
+        return key  # (a container fails as the key it is: see _bind_problem)
+    return (_TYPED, kind, repr(key))
+
+
+#: A key the column cannot hold (see KeysRejected.absent): it has no row.
+_ABSENT = object()
+
+
+def _own(match: Match, outcome: object) -> object:
+    """What a key left out of the statement gets: its own error, or no row."""
+    if outcome is _ABSENT:
+        return [] if match.many else None
+    return outcome

@@ -54,12 +54,21 @@ class KeysRejected(Exception):
     ``by_server``: the server, not the driver, could not read those keys as the
     type the statement compares them with (PostgreSQL reads keys itself); the
     statement failed as a whole, so it too is sent again without them.
+    ``absent``: those of ``bad`` that cannot be in the column at all (a domain's
+    CHECK refuses them): they get no row, as ``WHERE col = key`` would say.
     """
 
-    def __init__(self, bad: dict[int, BaseException], *, by_server: bool = False) -> None:
+    def __init__(
+        self,
+        bad: dict[int, BaseException],
+        *,
+        by_server: bool = False,
+        absent: set[int] | frozenset[int] = frozenset(),
+    ) -> None:
         super().__init__(f"{len(bad)} parameter(s) could not be encoded")
         self.bad = bad
         self.by_server = by_server
+        self.absent = absent
 
 
 def _err(error: BaseException) -> str:

@@ -91,17 +91,24 @@ async def unreadable(rows: Rows, sql: str, keys: Sequence[Any]) -> dict[int, Bas
     Each probe is ``sql`` under ``LIMIT 0``: the server reads the array when it
     binds it, and then runs nothing. The first probe takes every key; if it
     passes, the statement failed for another reason and nothing is returned.
+    Nor is anything when a probe with no key at all fails too: the statement
+    fails by itself (a bad literal in it), and no key is to blame.
     Otherwise the keys are halved down to single keys, and a half whose sibling
-    passed is known to fail unprobed: about ``log2(n) + 2`` probes for one bad
+    passed is known to fail unprobed: about ``log2(n) + 3`` probes for one bad
     key, on a path taken only when a statement already failed.
+
+    The errors are :class:`psycopg.DataError` (``'x'`` for an integer column) or
+    :class:`psycopg.IntegrityError`: a key the column's domain refuses.
     """
-    probe = f"SELECT 1 FROM ({sql}) AS batchy__probe LIMIT 0"
+    # On lines of its own, so that a trailing "-- comment" ends before the
+    # parenthesis; and without a final ";", which a subquery cannot have.
+    probe = f"SELECT 1 FROM (\n{_body(sql)}\n) AS batchy__probe LIMIT 0"
     bad: dict[int, BaseException] = {}
 
     async def fails(positions: list[int]) -> BaseException | None:
         try:
             await rows(probe, [key_array([keys[i] for i in positions])])
-        except psycopg.DataError as error:
+        except (psycopg.DataError, psycopg.IntegrityError) as error:
             if error.sqlstate is None:
                 raise
             return error
@@ -120,5 +127,20 @@ async def unreadable(rows: Rows, sql: str, keys: Sequence[Any]) -> dict[int, Bas
         left = await find(positions[:half], False)
         return await find(positions[half:], not left) or left
 
-    await find(list(range(len(keys))), False)
+    everyone = list(range(len(keys)))
+    first = await fails(everyone)
+    if first is None or await fails([]) is not None:
+        return bad
+    if len(keys) == 1:
+        bad[0] = first
+    else:
+        await find(everyone, True)
     return bad
+
+
+def _body(sql: str) -> str:
+    """``sql`` without the semicolons (and blanks) it may end with."""
+    body = sql.rstrip()
+    while body.endswith(";"):
+        body = body[:-1].rstrip()
+    return body

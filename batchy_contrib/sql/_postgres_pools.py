@@ -24,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import math
+import select
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,7 +72,12 @@ class Pool:
             if self.closed:
                 raise PoolClosedError(f"the connection pool for {self.conninfo!r} is closed")
             if self._idle:
-                return self._idle.pop()  # the most recently used: the others may expire
+                idle = self._idle.pop()  # the most recently used: the others may expire
+                if not _ended(idle):
+                    return idle
+                self._all.discard(idle)
+                await idle.close()
+                continue
             if len(self._all) + self._opening < self.max_size:
                 return await self._connect()
             waiter: asyncio.Future[Conn | None] = asyncio.get_running_loop().create_future()
@@ -79,14 +85,27 @@ class Pool:
             try:
                 conn = await waiter
             except BaseException:
-                # Cancelled (timeout) after being handed a connection: give it on.
-                if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
-                    await self.putconn(waiter.result())  # type: ignore[arg-type]
-                elif waiter in self._waiting:
-                    self._waiting.remove(waiter)
+                await self._pass_on(waiter)
                 raise
             if conn is not None:
                 return conn
+
+    async def _pass_on(self, waiter: asyncio.Future[Conn | None]) -> None:
+        """A waiter gave up (its timeout, a cancel): what it was handed goes to the next one.
+
+        Handed a connection, it gives it back; handed the right to connect (a
+        place freed), it hands that right on, or the place would stay free
+        while the others waited for a connection nobody makes.
+        """
+        if waiter.cancelled() or not waiter.done():
+            if waiter in self._waiting:
+                self._waiting.remove(waiter)
+        elif waiter.exception() is None:  # (an exception: the pool closed)
+            handed = waiter.result()
+            if handed is not None:
+                await self.putconn(handed)
+            elif self._waiting:
+                self._wake(None)
 
     async def _connect(self) -> Conn:
         self._opening += 1
@@ -131,6 +150,22 @@ class Pool:
             conn = self._idle.pop()
             self._all.discard(conn)
             await conn.close()
+
+
+def _ended(conn: Conn) -> bool:
+    """True if the server ended ``conn`` (or may have) while it was idle here.
+
+    A server restart, a failover or ``idle_session_timeout`` ends every idle
+    connection at once; each would fail the call that took it next, with no
+    way to tell then whether its statement ran (so it is not sent again). The
+    server says goodbye as it ends one, and says nothing else to a session that
+    sent nothing (these connections never LISTEN), so a socket with something to
+    read is a connection to drop: one ``select`` that does not wait.
+    """
+    try:
+        return bool(select.select([conn.pgconn.socket], [], [], 0)[0])
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True
 
 
 def url_options(

@@ -228,7 +228,7 @@ class Database(SQLDatabase):
 
     async def _rows(self, sql: str, params: Sequence[Any], *, repeat: int = 1) -> list[Row]:
         async with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(sql, list(params) * repeat if repeat > 1 else params)
+            await _execute(conn, cur, sql, list(params) * repeat if repeat > 1 else params)
             return await cur.fetchall() if cur.description is not None else []
 
     async def _key_rows(self, sql: str, keys: list[Any], repeat: int, match: Match) -> list[Row]:
@@ -246,10 +246,13 @@ class Database(SQLDatabase):
                     f"({type(error).__name__}: {error}): the placeholder is %s, and a "
                     "literal % is written %%"
                 ) from error
-            elif isinstance(error, psycopg.DataError):
+            elif isinstance(error, (psycopg.DataError, psycopg.IntegrityError)):
                 bad = await unreadable(self._rows, sql, keys)
                 if bad:
-                    raise KeysRejected(bad, by_server=True) from error
+                    # A key a domain of the column refuses (its CHECK, its NOT NULL)
+                    # cannot be in the column: no row, as WHERE col = key says.
+                    absent = {i for i, e in bad.items() if isinstance(e, psycopg.IntegrityError)}
+                    raise KeysRejected(bad, by_server=True, absent=absent) from error
             raise
 
     def _bind_problem(self, key: Any) -> str | None:
@@ -284,8 +287,8 @@ class Database(SQLDatabase):
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one write statement; return the number of affected rows."""
-        async with self._connection() as conn:
-            cur = await conn.execute(sql, params)
+        async with self._connection() as conn, conn.cursor() as cur:
+            await _execute(conn, cur, sql, params)
             return int(cur.rowcount)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
@@ -306,6 +309,28 @@ class Database(SQLDatabase):
             return
         self._closed = True
         await self._fixed.close()
+
+
+async def _execute(
+    conn: psycopg.AsyncConnection[Any], cur: psycopg.AsyncCursor[Any], sql: str, params: Any
+) -> None:
+    """``cur.execute``, again once when a table changed under the statement psycopg prepared.
+
+    psycopg prepares a statement on a connection after its fifth run. Once a
+    table it reads gains a column or changes a column's type (a migration, on
+    another connection), the server refuses that prepared statement for good
+    ("cached plan must not change result type"), before running anything: every
+    later call on the connection would fail. ``DEALLOCATE ALL`` drops the
+    connection's prepared statements, on the server and in psycopg's cache, so
+    the statement is planned afresh.
+    """
+    try:
+        await cur.execute(sql, params)
+    except psycopg.errors.FeatureNotSupported as error:
+        if "cached plan must not change result type" not in str(error):
+            raise
+        await conn.execute("DEALLOCATE ALL")
+        await cur.execute(sql, params)
 
 
 async def connect(

@@ -291,3 +291,21 @@ async def test_sqlite_in_memory_uses_one_connection() -> None:
     loader = db.one("t", max_batch_size=2)  # 10 chunks in parallel, one connection
     assert [r["id"] for r in await load_all(loader, list(range(20)))] == list(range(20))
     await db.close()
+
+
+async def test_keys_equal_in_python_but_sent_apart_each_get_their_own_rows(db: Any) -> None:
+    # 1 == 1.0 == True in Python, and the engine merges equal keys; each goes to the
+    # server as its own value, which a text column tells apart (SQLite, PostgreSQL:
+    # '1' and '1.0'; MariaDB compares text with a number as numbers: both rows).
+    p = db.dialect.param
+    with warnings.catch_warnings():  # MariaDB warns about dropping a missing table
+        warnings.simplefilter("ignore")
+        await db.execute("DROP TABLE IF EXISTS codes")
+    await db.execute("CREATE TABLE codes (id INTEGER PRIMARY KEY, code VARCHAR(10))")
+    await db.executemany(f"INSERT INTO codes VALUES ({p}, {p})", [(1, "1"), (2, "1.0")])
+    codes = db.many("codes", "code", columns=["id"], order_by="id")
+    alone = [(await load_all(codes, [k]))[0] for k in (1.0, 1)]
+    with record() as rec:
+        assert await load_all(codes, [1.0, 1, 1.0]) == [alone[0], alone[1], alone[0]]
+    assert rec.calls(codes) == [[1.0, 1]]
+    assert {"id": 1, "code": "1"} in alone[1]

@@ -10,8 +10,10 @@ number of parameters.
 from __future__ import annotations
 
 import asyncio
+import decimal
 import uuid
 import warnings
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -222,9 +224,10 @@ async def test_a_key_the_server_cannot_read_fails_alone(postgres_db: postgres.Da
         "failed; the other keys of its batch were loaded. Pass keys of the column's type."
     )
     assert isinstance(big, KeyEncodingError) and "NumericValueOutOfRange" in str(big)
-    # The failed statement, probes that run nothing (LIMIT 0), the statement again.
+    # The failed statement, probes that run nothing (LIMIT 0; one of them with no
+    # key, to tell a statement that fails by itself), the statement again.
     first, *probes, last = got.statements
-    assert len(probes) <= 2 * 6
+    assert len(probes) <= 2 * 6 + 1
     assert all(p.sql.endswith(") AS batchy__probe LIMIT 0") for p in probes)
     assert last.sql == first.sql and last.params == 1
 
@@ -326,21 +329,30 @@ KEYS = st.lists(
 def test_each_key_gets_what_the_server_reads_it_as_alone(
     postgres_url: str, keys: list[Any]
 ) -> None:
+    async def check(db: postgres.Database) -> None:
+        await make(db, "nums", "id INTEGER PRIMARY KEY", [(i,) for i in range(10)])
+        nums = db.one("nums")
+        got = await load_all(nums, keys)
+        for key, value in zip(keys, got, strict=True):
+            try:  # the key alone, as the server reads a literal: WHERE id = '<key>'
+                alone = await db.fetch(
+                    "SELECT id FROM nums WHERE id = %s", [None if key is None else str(key)]
+                )
+            except psycopg.DataError:
+                assert isinstance(value, KeyEncodingError) and value.keys == [key], key
+                continue
+            assert value == (alone[0] if alone else None), key
+
+    on_a_new_pool(postgres_url, check)
+
+
+def on_a_new_pool(url: str, check: Callable[[postgres.Database], Awaitable[None]]) -> None:
+    """Run ``check`` in a loop of its own (hypothesis calls a sync test) on a new small pool."""
+
     async def run() -> None:
-        db = await postgres.connect(postgres_url, max_size=2)
+        db = await postgres.connect(url, max_size=2)
         try:
-            await make(db, "nums", "id INTEGER PRIMARY KEY", [(i,) for i in range(10)])
-            nums = db.one("nums")
-            got = await load_all(nums, keys)
-            for key, value in zip(keys, got, strict=True):
-                try:  # the key alone, as the server reads a literal: WHERE id = '<key>'
-                    alone = await db.fetch(
-                        "SELECT id FROM nums WHERE id = %s", [None if key is None else str(key)]
-                    )
-                except psycopg.DataError:
-                    assert isinstance(value, KeyEncodingError) and value.keys == [key], key
-                    continue
-                assert value == (alone[0] if alone else None), key
+            await check(db)
         finally:
             await db.close()
 
@@ -367,3 +379,183 @@ async def test_a_full_pool_makes_batches_wait_and_loses_no_connection(postgres_u
     assert await load_all(items, [2]) == [{"id": 2, "label": "b"}]
     assert pg_counter().connections == opened  # the one connection served every batch
     await db.close()
+
+
+# -- a table changed by a migration, connections the server ended ------------------------
+
+
+def _admin(url: str, sql: str) -> Any:
+    """Run ``sql`` on a connection of its own, as a migration or an operator would."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(sql)
+        return cur.fetchall() if cur.description is not None else None
+
+
+async def test_a_table_changed_under_a_prepared_statement_is_planned_afresh(
+    postgres_url: str,
+) -> None:
+    db = await postgres.connect(postgres_url, max_size=1)
+    try:
+        await make(db, "items", "id INTEGER PRIMARY KEY, label TEXT", [(1, "a"), (2, "b")])
+        items, labels = db.one("items"), db.many("items", "label", name="by_label")
+        for _ in range(8):  # psycopg prepares a statement after its fifth run
+            await load_all(items, [1, 2])
+            await load_all(labels, ["a"])
+        assert any(
+            "ANY" in r["statement"]
+            for r in await db.fetch("SELECT statement FROM pg_prepared_statements")
+        )
+        # A migration on another connection: every prepared SELECT t.* changes its columns.
+        await asyncio.to_thread(_admin, postgres_url, "ALTER TABLE items ADD COLUMN note TEXT")
+        for _ in range(2):
+            assert await load_all(items, [2, 1]) == [
+                {"id": 2, "label": "b", "note": None},
+                {"id": 1, "label": "a", "note": None},
+            ]
+            assert await load_all(labels, ["a"]) == [[{"id": 1, "label": "a", "note": None}]]
+        await asyncio.to_thread(_admin, postgres_url, "ALTER TABLE items ALTER label TYPE int "
+                                "USING length(label)")  # fmt: skip
+        assert await load_all(items, [1]) == [{"id": 1, "label": 1, "note": None}]
+    finally:
+        await db.close()
+
+
+async def test_connections_the_server_ended_while_idle_fail_no_call(postgres_url: str) -> None:
+    # A server restart, a failover or idle_session_timeout ends every idle connection.
+    db = await postgres.connect(postgres_url + "&application_name=batchy_idle_test", max_size=4)
+    try:
+        await make(db, "items", "id INTEGER PRIMARY KEY, label TEXT", [(1, "a"), (2, "b")])
+        loaders = [db.one("items"), db.one("items", "label"), db.many("items", "label")]
+        async with batchy.scope():  # three batches at once: three connections
+            await batchy.gather(*(loader(1 if i == 0 else "a") for i, loader in
+                                  enumerate(loaders)))  # fmt: skip
+        ended = await asyncio.to_thread(
+            _admin,
+            postgres_url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'batchy_idle_test'",
+        )
+        assert len(ended) >= 2
+        await asyncio.sleep(0.2)
+        for _ in range(5):
+            assert await load_all(loaders[0], [2]) == [{"id": 2, "label": "b"}]
+    finally:
+        await db.close()
+
+
+# -- keys a domain refuses, statements that fail by themselves ---------------------------
+
+
+async def test_a_key_the_columns_domain_refuses_has_no_row(postgres_db: postgres.Database) -> None:
+    # As WHERE sku = 'abc1' finds nothing: the column cannot hold it. Before, the
+    # domain's CHECK failed the whole batch, the other keys with it.
+    db = postgres_db
+    await db.execute("DROP TABLE IF EXISTS skus")
+    await db.execute("DROP DOMAIN IF EXISTS sku_code")
+    await db.execute("DROP DOMAIN IF EXISTS mail")
+    await db.execute("CREATE DOMAIN sku_code AS text CHECK (VALUE ~ '^[A-Z]{3}[0-9]$')")
+    await db.execute("CREATE DOMAIN mail AS text NOT NULL")
+    await make(db, "skus", "id INTEGER PRIMARY KEY, sku sku_code, owner mail",
+               [(1, "ABC1", "a@x"), (2, "XYZ9", "a@x")])  # fmt: skip
+    by_sku = db.one("skus", "sku", columns=["id"])
+    by_owner = db.many("skus", "owner", columns=["id"], order_by="id")
+    with record() as rec:
+        assert await load_all(by_sku, ["ABC1", "abc1", "XYZ9"]) == [
+            {"id": 1, "sku": "ABC1"},
+            None,
+            {"id": 2, "sku": "XYZ9"},
+        ]
+        assert await load_all(by_owner, ["a@x", None, "b@x"]) == [
+            [{"id": 1, "owner": "a@x"}, {"id": 2, "owner": "a@x"}],
+            [],
+            [],
+        ]
+    assert rec.calls(by_sku) == [["ABC1", "abc1", "XYZ9"]]
+    assert await db.fetch("SELECT id FROM skus WHERE sku = %s", ["abc1"]) == []
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT id, label FROM items WHERE id IN {keys};",
+        "SELECT id, label FROM items WHERE id IN {keys} ; ;\n",
+        "SELECT id, label FROM items WHERE id IN {keys} -- labels by id",
+    ],
+)
+async def test_a_bad_key_fails_alone_whatever_the_statement_ends_with(
+    postgres_db: postgres.Database, sql: str
+) -> None:
+    await make(postgres_db, "items", "id INTEGER PRIMARY KEY, label TEXT", [(1, "a"), (2, "b")])
+    labels = postgres_db.query(sql, key="id", name="labels")
+    async with batchy.scope():
+        got = await batchy.gather(labels(1), labels("x"), labels(2), return_exceptions=True)
+    assert got[0] == {"id": 1, "label": "a"} and got[2] == {"id": 2, "label": "b"}
+    assert isinstance(got[1], KeyEncodingError) and got[1].keys == ["x"]
+
+
+async def test_a_statement_that_fails_by_itself_blames_no_key(
+    postgres_db: postgres.Database,
+) -> None:
+    await make(postgres_db, "items", "id INTEGER PRIMARY KEY, label TEXT", [(1, "a"), (2, "b")])
+    recent = postgres_db.query(
+        "SELECT id FROM items WHERE id IN {keys} AND now() > '2024-02-30'::date", key="id",
+        name="recent",
+    )  # fmt: skip
+    with Received() as sent:
+        got = await load_all(recent, list(range(1, 65)))
+    errors = {type(e).__name__ for e in got}
+    assert errors == {"QueryRejectedError"}, errors
+    assert "2024-02-30" in str(got[0]) and "keys [1, 2, 3" in str(got[0])
+    # The statement, a probe with every key, one with none: not two probes per key.
+    assert len(sent.statements) == 3
+
+
+async def test_a_waiter_handed_the_right_to_connect_passes_it_on(postgres_url: str) -> None:
+    from batchy_contrib.sql._postgres_pools import Pool
+
+    pool = Pool(postgres_url, max_size=1, kwargs={"autocommit": True})
+    first = await pool.getconn()
+    second = asyncio.create_task(pool.getconn())
+    third = asyncio.create_task(pool.getconn())
+    await asyncio.sleep(0.05)
+    await first.close()
+    await pool.putconn(first)  # its place is free: the second may connect...
+    second.cancel()  # ...but its own time limit ends it first
+    conn = await asyncio.wait_for(third, 5)  # before: waited for ever
+    assert second.cancelled()
+    await pool.putconn(conn)
+    await pool.close()
+
+
+# -- the property: keys Python calls equal each get what they get alone --------------------
+
+MIXED = st.lists(
+    st.one_of(
+        st.integers(min_value=0, max_value=3),
+        st.sampled_from([0.0, -0.0, 1.0, 1.5, True, False]),
+        st.sampled_from([decimal.Decimal(t) for t in ("1", "1.0", "1.00", "0E+2")]),
+        st.sampled_from(["1", "1.0", "t", "0"]),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(keys=MIXED)
+def test_keys_equal_in_python_each_get_what_they_get_alone(
+    postgres_url: str, keys: list[Any]
+) -> None:
+    async def check(db: postgres.Database) -> None:
+        codes = ["0", "1", "1.0", "1.00", "1.5", "t", "f", "-0", "0E+2", "2", "3"]
+        await make(db, "codes", "code TEXT PRIMARY KEY", [(c,) for c in codes])
+        await make(db, "nums", "id INTEGER PRIMARY KEY", [(i,) for i in range(4)])
+        for loader in (db.one("codes", "code"), db.one("nums")):
+            together = await load_all(loader, keys)
+            for key, value in zip(keys, together, strict=True):
+                (alone,) = await load_all(loader, [key])
+                if isinstance(alone, Exception):
+                    assert type(value) is type(alone) and value.keys == [key], key
+                else:
+                    assert value == alone, (key, keys)
+
+    on_a_new_pool(postgres_url, check)
