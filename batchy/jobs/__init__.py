@@ -30,6 +30,7 @@ from ._errors import (
     LeaseLost,
     PayloadError,
     SerializationError,
+    TextError,
     UnknownJobError,
 )
 from ._fetch import parse_queues
@@ -112,6 +113,7 @@ __all__ = [
     "SerializationError",
     "Serializer",
     "StoredJob",
+    "TextError",
     "UnknownJobError",
     "Worker",
     "WorkerInfo",

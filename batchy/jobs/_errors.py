@@ -33,6 +33,7 @@ __all__ = [
     "LeaseLost",
     "PayloadError",
     "SerializationError",
+    "TextError",
     "UnknownJobError",
 ]
 
@@ -55,6 +56,10 @@ class ArgumentError(JobError, TypeError):
 
 class DelayError(JobError, ValueError):
     """A delay or run time is not a finite number of seconds >= 0 (or an aware datetime)."""
+
+
+class TextError(JobError, ValueError):
+    """A job's id, queue name or key holds text a store cannot keep; nothing was enqueued."""
 
 
 class UnknownJobError(JobError):

@@ -26,7 +26,7 @@ from . import _clock
 from ._admin import Admin
 from ._backend import Backend
 from ._cron import Cron, Every, Schedule
-from ._errors import ConfigError, JobDefinitionError
+from ._errors import ConfigError, JobDefinitionError, JobError, TextError
 from ._handle import Handle
 from ._hooks import JobEvent, emit
 from ._job import JobCall, JobType, check_queue_name
@@ -43,6 +43,7 @@ __all__ = ["Periodic", "Queue"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+E = TypeVar("E", bound=JobError)
 
 
 class Periodic(Generic[P, T]):
@@ -238,7 +239,7 @@ class Queue:
                     await self.backend.push(envelopes, now)
                 else:
                     await self.backend.push(envelopes, now, connection=connection)
-            except ConfigError as error:
+            except (ConfigError, TextError) as error:
                 raise _named(error, given, envelopes) from None
         return [Handle(self, e.id, e.queue) for e in envelopes]
 
@@ -256,7 +257,7 @@ class Queue:
                     self.backend.push_sync(envelopes, now)
                 else:
                     self.backend.push_sync(envelopes, now, connection=connection)
-            except ConfigError as error:
+            except (ConfigError, TextError) as error:
                 raise _named(error, given, envelopes) from None
         return [Handle(self, e.id, e.queue) for e in envelopes]
 
@@ -318,7 +319,7 @@ def _jobs(calls: list[JobCall], envelopes: list[Envelope] | None = None) -> str:
     return f"{len(calls)} jobs ({', '.join(repr(n) for n in names)})"
 
 
-def _named(error: ConfigError, calls: list[JobCall], envelopes: list[Envelope]) -> ConfigError:
+def _named(error: E, calls: list[JobCall], envelopes: list[Envelope]) -> E:
     """A copy of ``error`` (its type and traceback kept) with the jobs named at its front.
 
     A copy: the store may raise one error to every caller waiting on the same

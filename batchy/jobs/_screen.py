@@ -14,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ._errors import DelayError
+from ._errors import DelayError, TextError
 from ._hooks import log
 from ._model import Envelope, Outcome
 from ._times import delay_problem
 
-__all__ = ["check_envelopes", "screen_outcomes"]
+__all__ = ["check_envelopes", "screen_outcomes", "text_problem"]
 
 _KINDS = ("done", "retry", "dead", "release")
+_FIELDS = {"id": "id", "queue": "queue name", "key": "ordering key", "unique": "unique key"}
 
 
 def screen_outcomes(outcomes: Sequence[Outcome]) -> list[Outcome]:
@@ -35,16 +36,56 @@ def _screen(o: Outcome) -> Outcome:
             return _dead(o, f"its retry outcome had due={o.due!r}, not a finite Unix time")
         if not isinstance(o.payload, str):
             return _dead(o, f"its retry outcome had payload={o.payload!r}, not a string")
-    elif o.kind == "done" and delay_problem(o.keep) is not None:
-        log.warning(
-            "job %s: keep=%r is not a finite number of seconds >= 0; its result is not kept",
-            o.id,
-            o.keep,
-        )
-        return replace(o, keep=0.0, result=None)
+    elif o.kind == "done":
+        if delay_problem(o.keep) is not None:
+            log.warning(
+                "job %s: keep=%r is not a finite number of seconds >= 0; its result is not kept",
+                o.id,
+                o.keep,
+            )
+            return replace(o, keep=0.0, result=None)
+        if o.result is not None and text_problem(o.result) is not None:
+            log.warning(
+                "job %s: its result %r %s; it is kept as null",
+                o.id,
+                o.result[:200],
+                text_problem(o.result),
+            )
+            return replace(o, result=None)
+    elif o.kind == "dead":
+        # An exception's message is any text: one decoded with errors="surrogateescape"
+        # (a file name) holds lone surrogates, which no store encodes; written out
+        # as escapes, they still say what the text was.
+        if text_problem(o.reason) is not None or text_problem(o.traceback) is not None:
+            return replace(o, reason=_escaped(o.reason), traceback=_escaped(o.traceback))
     elif o.kind not in _KINDS:
         return _dead(o, f"its outcome kind {o.kind!r} is none of {', '.join(_KINDS)}")
     return o
+
+
+def text_problem(text: str) -> str | None:
+    """What keeps a store from holding ``text`` (a NUL character, a lone surrogate), or None.
+
+    PostgreSQL text holds no NUL character, and no store can encode a lone
+    surrogate as UTF-8; SQLite and Redis would take a NUL, but a job that one
+    store accepts must not fail on another.
+    """
+    if text.isascii():
+        return None if "\x00" not in text else "holds a NUL character (\\x00)"
+    if "\x00" in text:
+        return "holds a NUL character (\\x00)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return (
+            f"holds a lone surrogate ({text[error.start]!r} at position {error.start}), which "
+            "is not text UTF-8 can encode (bytes decoded with errors='surrogateescape'?)"
+        )
+    return None
+
+
+def _escaped(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
 def _dead(o: Outcome, problem: str) -> Outcome:
@@ -57,8 +98,17 @@ def _dead(o: Outcome, problem: str) -> Outcome:
 
 
 def check_envelopes(envelopes: Sequence[Envelope]) -> None:
-    """Raise :class:`DelayError` if an envelope's due time or unique TTL is unusable."""
+    """Raise :class:`DelayError` if an envelope's due time or unique TTL is unusable,
+    :class:`TextError` if its id, queue, ordering or unique key is text no store can keep."""
     for e in envelopes:
+        for name, text in (("id", e.id), ("queue", e.queue), ("key", e.key), ("unique", e.unique)):
+            if text is not None and (problem := text_problem(text)) is not None:
+                raise TextError(
+                    f"the {_FIELDS[name]} {text!r} of job {e.id} {problem}; the stores keep it "
+                    "as text, which PostgreSQL holds without NUL and no store with a lone "
+                    "surrogate. Use text without them (a file name's hex or percent-encoded "
+                    "form, say); nothing was enqueued"
+                )
         if e.due is None and e.unique_ttl == 0.0:
             continue  # the defaults: no time to check
         for name, value in (("due", e.due), ("unique_ttl", e.unique_ttl)):

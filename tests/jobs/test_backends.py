@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from dataclasses import replace
 from typing import Any
@@ -16,13 +17,16 @@ from batchy.jobs import (
     JobEvent,
     JobHook,
     JobNotFound,
+    NoRetry,
     Outcome,
     Queue,
     Retry,
     SerializationError,
+    TextError,
 )
 from batchy.jobs._fetch import fetch_order
 from batchy.jobs._model import new_id as new_job_id
+from batchy.jobs._screen import text_problem
 from batchy.testing import record
 
 from .conftest import fast_worker
@@ -681,8 +685,9 @@ async def test_wait_for_work_ends_on_a_push_on_work_left_and_at_a_due_time(queue
 
 
 async def test_a_nul_character_in_a_failure_does_not_stop_the_worker(queue: Queue) -> None:
-    # PostgreSQL text holds no NUL, and an exception's message may: that store
-    # keeps it as U+FFFD. Such an outcome once made every cycle of its worker fail.
+    # PostgreSQL text holds no NUL, and an exception's message may: every store
+    # keeps it written as an escape. Such an outcome once made every cycle of its
+    # worker fail (on PostgreSQL).
     @queue.job(retries=0)
     async def broken(n: int) -> None:
         raise ValueError(f"bad byte \x00 in record {n}")
@@ -697,4 +702,89 @@ async def test_a_nul_character_in_a_failure_does_not_stop_the_worker(queue: Queu
     assert (await done.status()).state == "done"
     status = await dead.status()
     assert status.state == "dead"
-    assert "bad byte \x00 in record 1" in status.reason.replace("\ufffd", "\x00")
+    assert "bad byte \\x00 in record 1" in status.reason
+
+
+# -- text no store can keep ---------------------------------------------------------------
+
+# A file name decoded with errors="surrogateescape" holds a lone surrogate; PostgreSQL
+# text holds no NUL. Before, the first froze every worker that ran the job (the whole
+# turn failed, for ever), the second failed a PostgreSQL push with the driver's words.
+UNKEEPABLE = ["caf\udce9.txt", "report\x00.pdf"]
+
+
+async def test_an_exception_message_no_store_can_encode_reaches_the_dead_set(
+    queue: Queue,
+) -> None:
+    @queue.job
+    async def index(name: str) -> None:
+        raise NoRetry(f"cannot index {UNKEEPABLE[0]} or {UNKEEPABLE[1]}")
+
+    @queue.job
+    async def fine(n: int) -> int:
+        return n
+
+    bad = await index.enqueue("x")
+    goods = [await fine.enqueue(n) for n in range(3)]
+    assert await drain(queue) == 4
+    assert [await g.result(timeout=1) for g in goods] == [0, 1, 2]
+    (dead,) = await queue.dead_jobs()
+    assert dead.id == bad.id
+    assert "cannot index caf\\udce9.txt or report\\x00.pdf" in dead.reason
+    assert "\\udce9" in dead.traceback
+
+
+@pytest.mark.parametrize("text", UNKEEPABLE)
+@pytest.mark.parametrize("field", ["key", "id"])  # (queue names are checked as declared)
+async def test_an_id_queue_or_key_no_store_can_keep_fails_its_enqueue(
+    queue: Queue, field: str, text: str
+) -> None:
+    @queue.job
+    async def index(name: str) -> None:
+        return None
+
+    with pytest.raises(TextError) as info:
+        await index.options(**{field: text}).enqueue("x")
+    message = str(info.value)
+    assert message.startswith(f"cannot enqueue job {index.name!r} (id ")
+    problem = "NUL character (\\x00)" if "\x00" in text else "lone surrogate ('\\udce9'"
+    assert repr(text)[1:-1] in message and problem in message, message
+    assert "nothing was enqueued" in message
+    assert sum(q.size for q in (await queue.info()).queues) == 0
+
+
+async def test_chaos_any_text_in_messages_results_and_keys(queue: Queue) -> None:
+    # Random text over an alphabet of what breaks encoders (NUL, lone surrogates of
+    # both halves, astral characters, quotes, backslashes, escapes as literal text):
+    # a job either enqueues and ends done or dead with its text intact (escaped in
+    # the dead set only where no store can hold it), or its enqueue alone fails.
+    rng = random.Random(15)
+    alphabet = ["\x00", "\udce9", "\ud800", "\udfff", "é", "😀", "\\", '"', "'", "\n",
+                "\x7f", "a", "u0000", "\\u0000", "{", "}"]  # fmt: skip
+
+    @queue.job
+    async def echo(text: str, fail: bool) -> str:
+        if fail:
+            raise NoRetry(text)
+        return text
+
+    texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 8))) for _ in range(40)]
+    handles = {}
+    for i, text in enumerate(texts):
+        key = text if i % 3 == 0 else None
+        try:
+            handles[i] = await echo.options(key=key).enqueue(text, i % 2 == 1)
+        except TextError:
+            assert key is not None and text_problem(f"x:{key}") is not None, repr(key)
+        else:
+            assert key is None or text_problem(key) is None, repr(key)
+    assert await drain(queue) == len(handles)
+    reasons = {d.id: d.reason for d in await queue.dead_jobs()}
+    for i, handle in handles.items():
+        if i % 2 == 0:
+            assert await handle.result(timeout=1) == texts[i]
+        else:
+            shown = texts[i].encode("utf-8", "backslashreplace").decode()
+            if text_problem(texts[i]) is not None:
+                shown = shown.replace("\x00", "\\x00")
+            assert reasons[handle.id].startswith(f"NoRetry: {shown}"), (texts[i], reasons)

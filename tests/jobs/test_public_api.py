@@ -65,6 +65,7 @@ EXPECTED = {
     "ShardedJob",
     "SerializationError",
     "Serializer",
+    "TextError",
     "UnknownJobError",
     "Worker",
     "WorkerInfo",
