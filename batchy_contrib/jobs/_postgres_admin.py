@@ -21,9 +21,10 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from batchy.jobs import Backend, DeadJob, StoredJob
+from batchy.jobs import Backend, DeadJob, JobStateError, StoredJob
 
 from ._postgres_schema import Names
+from ._postgres_sql import KEY_WAIT, KEY_WAIT_SECONDS
 
 __all__ = ["PostgresOperating"]
 
@@ -94,7 +95,10 @@ class PostgresOperating:
 
     async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
         chosen = None if ids is None else list(ids)
-        ((moved,),) = await self._dead_rows("SELECT {s}.retry_dead(%s::text[])", (chosen,))
+        try:
+            ((moved,),) = await self._dead_rows("SELECT {s}.retry_dead(%s::text[])", (chosen,))
+        except psycopg.errors.LockNotAvailable as error:
+            raise JobStateError(_held("retry", chosen)) from error
         return int(moved or 0)
 
     async def delete_dead(self, ids: Sequence[str] | None) -> int:
@@ -231,9 +235,18 @@ class PostgresOperating:
             return _done(rows[0], now - t) if rows else None
 
     async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
-        s = self.names.sql
         chosen = list(ids)
+        try:
+            return await self._act(action, chosen)
+        except psycopg.errors.LockNotAvailable as error:
+            raise JobStateError(_held(action, chosen)) from error
+
+    async def _act(self, action: str, chosen: list[str]) -> dict[str, str]:
+        s = self.names.sql
         async with (await self.pool()).connection() as conn, conn.transaction():
+            # An application's open transaction may hold a key (or a row) for long:
+            # the operator hears so after KEY_WAIT rather than waiting for ever.
+            await conn.execute("SELECT set_config('lock_timeout', %s, true)", (KEY_WAIT[1:-1],))
             (t,) = (await _rows(conn, s("SELECT {s}.clock()"), ()))[0]
             # Ordering keys first, as every step does (see lock_keys), then the rows.
             await conn.execute(
@@ -279,3 +292,13 @@ class PostgresOperating:
             await conn.execute(s("SELECT {s}.retry_dead(%s::text[])"), (ids,))
         elif action == "delete_dead":
             await conn.execute(s("DELETE FROM {s}.dead WHERE id = ANY(%s)"), (ids,))
+
+
+def _held(action: str, ids: Sequence[str] | None) -> str:
+    which = "the dead jobs" if ids is None else f"job(s) {', '.join(ids[:5])}"
+    return (
+        f"cannot {action.replace('_', ' ')} {which}: an ordering key of theirs (or their row) "
+        f"stayed held by another open transaction for {KEY_WAIT_SECONDS} s, an application's "
+        "that enqueued a job with that key, most likely; nothing changed. Try again once it "
+        "has ended"
+    )

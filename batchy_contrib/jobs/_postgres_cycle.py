@@ -217,7 +217,13 @@ END $$;
 """
 
 HEARTBEAT = """
--- Renew the leases still held; return the ids that were not.
+-- Renew the leases still held; return the ids that were not. A row another
+-- transaction holds is skipped, not waited for: that is this worker's own turn
+-- handing in its outcome (it renews finished jobs too, until their outcomes are
+-- in), or another worker's recovery of an expired lease. Waiting for it was a
+-- deadlock: the turn locks its rows in the order its jobs finished, this in the
+-- order they were claimed. A skipped job still held in this statement's snapshot
+-- is not lost; it is renewed at the next beat if it is still held then.
 CREATE OR REPLACE FUNCTION {s}.heartbeat(
   p_worker text, p_info text, p_lease float8, p_ids text[], p_tokens text[]
 ) RETURNS SETOF text LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
@@ -228,12 +234,19 @@ DECLARE
 BEGIN
   WITH h AS (
     UPDATE {s}.jobs j SET lease = t + p_lease
-    FROM unnest(p_ids, p_tokens) AS h(id, token)
-    WHERE j.id = h.id AND j.token = h.token RETURNING j.id)
+    WHERE j.id = ANY(ARRAY(
+      SELECT x.id FROM unnest(p_ids, p_tokens) AS h(id, token)
+        JOIN {s}.jobs x ON x.id = h.id AND x.token = h.token
+      FOR UPDATE OF x SKIP LOCKED))
+    RETURNING j.id)
   SELECT ARRAY(SELECT h.id FROM h) INTO renewed;
   INSERT INTO {s}.workers VALUES (p_worker, p_info, t + p_lease)
     ON CONFLICT (id) DO UPDATE SET info = excluded.info, expires = excluded.expires;
-  RETURN QUERY SELECT x FROM unnest(p_ids) x WHERE NOT x = ANY(renewed);
+  IF cardinality(renewed) < cardinality(p_ids) THEN
+    RETURN QUERY SELECT u.id FROM unnest(p_ids, p_tokens) AS u(id, token)
+      WHERE NOT u.id = ANY(renewed)
+        AND NOT EXISTS (SELECT 1 FROM {s}.jobs j WHERE j.id = u.id AND j.token = u.token);
+  END IF;
 END $$;
 """
 

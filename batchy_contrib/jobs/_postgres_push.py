@@ -30,6 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 from batchy.jobs import ConfigError, Envelope
 
 from ._postgres_schema import Names, ensure_sync
+from ._postgres_sql import KEY_WAIT_SECONDS
 
 __all__ = ["PUSH", "PUSH_ONE", "PostgresPushing"]
 
@@ -179,16 +180,23 @@ def _keys_fit(store: object, envelopes: Sequence[Envelope], connection: object) 
     """
     try:
         yield
+    except psycopg.errors.LockNotAvailable as error:
+        keys = sorted({e.key for e in envelopes if e.key is not None})
+        if not keys:
+            raise
+        raise ConfigError(
+            f"{store!r}: {_shown(keys)} stayed held by another open transaction for "
+            f"{KEY_WAIT_SECONDS} s: one that enqueued a job with such a key and has not "
+            "ended. If that transaction is your own, enqueue in it (connection=...): "
+            "this push waited for it, and it cannot end until the push returns; "
+            f"{_aborted(connection)}"
+        ) from error
     except psycopg.errors.OutOfMemory as error:
         keys = sorted({e.key for e in envelopes if e.key is not None})
         if not keys or "max_locks_per_transaction" not in (error.diag.message_hint or ""):
             raise  # not the keys' doing: the server's own words
-        where = (
-            "the application's transaction is aborted: roll it back"
-            if connection is not None
-            else "nothing was enqueued"
-        )
-        shown = ", ".join(repr(k) for k in keys[:3]) + (", ..." if len(keys) > 3 else "")
+        where = _aborted(connection)
+        shown = _listed(keys)
         raise ConfigError(
             # (The queue puts the job types in front: see Queue.enqueue_many.)
             f"{store!r}: enqueueing {len(envelopes)} jobs with "
@@ -199,6 +207,21 @@ def _keys_fit(store: object, envelopes: Sequence[Envelope], connection: object) 
             "transactions of at most a few hundred keys each, or raise the server's "
             "max_locks_per_transaction"
         ) from error
+
+
+def _listed(keys: list[str]) -> str:
+    return ", ".join(repr(k) for k in keys[:3]) + (", ..." if len(keys) > 3 else "")
+
+
+def _shown(keys: list[str]) -> str:
+    named = _listed(keys)
+    return f"the ordering key {named}" if len(keys) == 1 else f"one of the ordering keys {named}"
+
+
+def _aborted(connection: object) -> str:
+    if connection is not None:
+        return "the application's transaction is aborted: roll it back"
+    return "nothing was enqueued"
 
 
 async def app_cursor(

@@ -23,7 +23,7 @@ from ._postgres_cycle import ADVANCE, CYCLE, HEARTBEAT
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 10
+VERSION = 11
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -146,6 +146,18 @@ ALTER FUNCTION {s}.next_due(text[]) SET enable_seqscan = off SET jit = off;
 ALTER FUNCTION {s}.retry_dead(text[]) SET enable_seqscan = off SET jit = off;
 """
 
+# Version 11: a push (and a retry of dead jobs) waits at most KEY_WAIT for an
+# ordering key that another transaction holds, then fails with a message, where it
+# waited for ever: for a transaction of the caller's own, which cannot end until
+# the push returns, too. And the heartbeat skips the rows a turn holds.
+KEY_WAIT_SECONDS = 10
+KEY_WAIT = f"'{KEY_WAIT_SECONDS}s'"
+_KEY_WAIT = f"""
+ALTER FUNCTION {{s}}.push(text[], text[], text[], float8[], text[], float8[], text[])
+  SET lock_timeout = {KEY_WAIT};
+ALTER FUNCTION {{s}}.retry_dead(text[]) SET lock_timeout = {KEY_WAIT};
+"""
+
 #: The current schema: tables, indexes and the step functions.
 SCHEMA = f"""
 CREATE TABLE {{s}}.jobs (
@@ -196,7 +208,8 @@ $$;
 CREATE FUNCTION {{s}}.push(
   p_ids text[], p_queues text[], p_payloads text[], p_offsets float8[], p_uniques text[],
   p_ttls float8[], p_keys text[]
-) RETURNS boolean[] LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+) RETURNS boolean[] LANGUAGE plpgsql SET enable_seqscan = off SET jit = off
+SET lock_timeout = {KEY_WAIT} AS $$
 #variable_conflict use_column
 DECLARE
   t float8 := {{s}}.clock();
@@ -248,7 +261,7 @@ $$;
 
 -- Dead jobs back on their queues (all when p_ids is NULL); how many moved.
 CREATE FUNCTION {{s}}.retry_dead(p_ids text[]) RETURNS int LANGUAGE plpgsql
-SET enable_seqscan = off SET jit = off AS $$
+SET enable_seqscan = off SET jit = off SET lock_timeout = {KEY_WAIT} AS $$
 #variable_conflict use_column
 DECLARE
   t float8 := {{s}}.clock();
@@ -285,4 +298,5 @@ MIGRATIONS: dict[int, str] = {
     7: CYCLE,
     8: _CLAIMS_BY_TOKEN + KEY_LOCKS + CYCLE + HEARTBEAT + ADVANCE,
     9: CYCLE + HEARTBEAT + ADVANCE + _NO_SCANS,
+    10: HEARTBEAT + _KEY_WAIT,
 }

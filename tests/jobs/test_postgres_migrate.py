@@ -18,6 +18,7 @@ import pytest
 
 from batchy.jobs import Envelope
 from batchy_contrib.jobs import _postgres_schema
+from batchy_contrib.jobs._postgres_sql import VERSION
 from batchy_contrib.jobs.postgres import MigrationTimeout, PostgresBackend, SchemaVersionError
 
 pytestmark = pytest.mark.timeout(60)
@@ -102,7 +103,7 @@ async def test_a_migration_behind_an_open_transaction_gives_up_and_names_it(
     message = str(errors[0])
     pid = app_transaction.info.backend_pid
     assert message.startswith(
-        f"cannot migrate job schema {at_version_8!r} from version 8 to 10: other sessions "
+        f"cannot migrate job schema {at_version_8!r} from version 8 to {VERSION}: other sessions "
         "held its tables through "
     )
     assert " attempts over 2 s (an attempt waits at most 0.2 s for a lock, and none while a " in (
@@ -118,7 +119,7 @@ async def test_a_migration_behind_an_open_transaction_gives_up_and_names_it(
     again = PostgresBackend(postgres_dsn, schema=at_version_8)
     await again.migrate()
     await again.close()
-    assert _version(postgres_dsn, at_version_8) == 10
+    assert _version(postgres_dsn, at_version_8) == VERSION
 
 
 async def test_a_migration_goes_through_once_the_transaction_ends(
@@ -137,7 +138,7 @@ async def test_a_migration_goes_through_once_the_transaction_ends(
         await migrating
     finally:
         await store.close()
-    assert _version(postgres_dsn, at_version_8) == 10
+    assert _version(postgres_dsn, at_version_8) == VERSION
 
 
 @pytest.mark.usefixtures("quick")
@@ -153,7 +154,7 @@ def test_a_blocking_connection_migrates_the_same_way(
         assert time.monotonic() - began < 5
         app_transaction.commit()
         _postgres_schema.ensure_sync(conn, names)
-    assert _version(postgres_dsn, at_version_8) == 10
+    assert _version(postgres_dsn, at_version_8) == VERSION
 
 
 @pytest.mark.usefixtures("quick")
@@ -170,7 +171,7 @@ def test_a_blocking_push_checks_the_schema_again_after_a_failed_migration(
         assert _version(postgres_dsn, at_version_8) == 8
         app_transaction.commit()
         assert store.push_sync([Envelope("new", "default", "{}")], time.time()) == [True]
-        assert _version(postgres_dsn, at_version_8) == 10
+        assert _version(postgres_dsn, at_version_8) == VERSION
     finally:
         asyncio.run(store.close())
 
@@ -194,4 +195,4 @@ async def test_a_migration_that_alters_no_table_does_not_wait_for_the_tables_hol
     finally:
         await store.close()
     assert time.monotonic() - began < 1.0
-    assert _version(postgres_dsn, at_version_8) == 10
+    assert _version(postgres_dsn, at_version_8) == VERSION

@@ -11,7 +11,7 @@ import pytest
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from batchy.jobs import ConfigError, Envelope, Queue, Worker
+from batchy.jobs import ConfigError, Envelope, JobStateError, Queue, Worker
 from batchy_contrib.jobs.postgres import PostgresBackend
 
 pytestmark = pytest.mark.timeout(60)
@@ -787,3 +787,60 @@ def test_put_off_outcomes_are_handed_in_on_a_second_event_loop_too(
     asyncio.run(round_("A", "B"))
     asyncio.run(round_("C", "D"))
     assert sorted(ran) == ["A", "A2", "B", "B2", "C", "C2", "D", "D2"]  # each once
+
+
+async def test_an_enqueue_waiting_for_its_own_transactions_key_fails_with_the_fix(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    # The second enqueue forgot connection=: it waited for a key its own open
+    # transaction holds, which cannot end until the enqueue returns (for ever, before).
+    queue = Queue(store)
+
+    @queue.job(name="sync_account", ordered_by="account")
+    async def sync_account(account: int, step: str) -> None:
+        return None
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:  # the test's patience
+        admin.execute(f"ALTER FUNCTION {store.names.quoted}.push(text[], text[], text[], "
+                      "float8[], text[], float8[], text[]) SET lock_timeout = '300ms'")  # fmt: skip
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        async with conn.transaction():
+            await sync_account.options(connection=conn).enqueue(42, "charge")
+            with pytest.raises(ConfigError) as error:
+                await asyncio.wait_for(sync_account.enqueue(42, "email"), 10)
+            with pytest.raises(ConfigError):  # the blocking twin too
+                await asyncio.to_thread(sync_account.enqueue_sync, 42, "email")
+    assert str(error.value).startswith("cannot enqueue job 'sync_account' (id ")
+    assert str(error.value).endswith(
+        f"{store!r}: the ordering key 'sync_account:42' stayed held by another open "
+        "transaction for 10 s: one that enqueued a job with such a key and has not ended. If "
+        "that transaction is your own, enqueue in it (connection=...): this push waited for "
+        "it, and it cannot end until the push returns; nothing was enqueued"
+    )
+    assert await _count(store) == 1  # the first, committed
+
+
+async def test_an_operators_action_on_a_key_an_open_transaction_holds_fails_with_the_reason(
+    store: PostgresBackend, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchy_contrib.jobs import _postgres_admin
+
+    monkeypatch.setattr(_postgres_admin, "KEY_WAIT", "'300ms'")  # the test's patience
+    queue = Queue(store)
+
+    @queue.job(name="sync_account", ordered_by="account")
+    async def sync_account(account: int, step: str) -> None:
+        return None
+
+    first = await sync_account.enqueue(7, "charge")
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        async with conn.transaction():  # holds key 7 until it ends
+            await sync_account.options(connection=conn).enqueue(7, "email")
+            with pytest.raises(JobStateError) as error:
+                await asyncio.wait_for(queue.admin.delete(first.id), 10)
+    assert str(error.value) == (
+        f"cannot delete job(s) {first.id}: an ordering key of theirs (or their row) stayed "
+        "held by another open transaction for 10 s, an application's that enqueued a job with "
+        "that key, most likely; nothing changed. Try again once it has ended"
+    )
+    assert await queue.admin.delete(first.id) == 1  # once it has ended
