@@ -163,9 +163,17 @@ def _ended(conn: Conn) -> bool:
     read is a connection to drop: one ``select`` that does not wait.
     """
     try:
-        return bool(select.select([conn.pgconn.socket], [], [], 0)[0])
-    except (OSError, ValueError, psycopg.OperationalError):
+        fd = conn.pgconn.socket
+    except psycopg.OperationalError:  # closed
         return True
+    if hasattr(select, "poll"):  # no limit on the descriptor's number, as select() has
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except ValueError:  # a descriptor select() cannot watch: no way to tell
+        return False
 
 
 def url_options(

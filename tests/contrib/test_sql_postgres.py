@@ -559,3 +559,31 @@ def test_keys_equal_in_python_each_get_what_they_get_alone(
                     assert value == alone, (key, keys)
 
     on_a_new_pool(postgres_url, check)
+
+
+async def test_a_connection_with_a_high_descriptor_is_reused(postgres_url: str) -> None:
+    # A busy server process has more than 1,024 files open; select() cannot watch a
+    # descriptor past that, and a check that leaned on it dropped every connection.
+    import os
+    import resource
+
+    from batchy_contrib.sql._postgres_pools import Pool
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.fail(f"the test needs 1,200 open files; this machine allows {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        pool = Pool(postgres_url, max_size=1, kwargs={"autocommit": True})
+        first = await pool.getconn()
+        assert first.pgconn.socket > 1024
+        await pool.putconn(first)
+        again = await pool.getconn()
+        assert again is first
+        await pool.putconn(again)
+        await pool.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
