@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from contrib_helpers import pg_counter
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import batchy
@@ -587,3 +587,63 @@ async def test_a_connection_with_a_high_descriptor_is_reused(postgres_url: str) 
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# -- the property: the pool never strands a waiter while it has room ------------------------
+
+POOL_STEPS = st.lists(
+    st.tuples(st.sampled_from(["get", "put", "break", "cancel"]), st.integers(0, 3), st.booleans()),
+    max_size=20,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@example(size=1, steps=[("get", 0, True)] * 3 + [("break", 0, False), ("cancel", 0, True)])
+@given(size=st.integers(1, 2), steps=POOL_STEPS)
+def test_a_pool_never_strands_a_waiter(
+    postgres_url: str, size: int, steps: list[tuple[str, int, bool]]
+) -> None:
+    from batchy_contrib.sql._postgres_pools import Pool
+
+    async def run() -> None:
+        pool = Pool(postgres_url, max_size=size, kwargs={"autocommit": True})
+        asks: list[asyncio.Task[Any]] = []  # getconn calls, pending or done
+        held: list[Any] = []
+        for op, i, settle in steps:
+            if op == "get":
+                asks.append(asyncio.ensure_future(pool.getconn()))
+            elif op == "cancel" and asks:
+                asks[i % len(asks)].cancel()
+            elif op in ("put", "break") and held:
+                conn = held.pop(i % len(held))
+                if op == "break":
+                    await conn.close()  # its statement lost the server
+                await pool.putconn(conn)
+            if not settle:  # the next step comes before the waiters run
+                continue
+            await asyncio.sleep(0.05)  # (a connection is made within that)
+            for ask in asks:
+                if ask.done() and not ask.cancelled() and ask.result() not in held:
+                    held.append(ask.result())
+            asks = [a for a in asks if not a.done()]
+            assert len(pool._all) + pool._opening <= size
+        # Give everything back: every ask still waiting gets a connection.
+        await asyncio.sleep(0.01)
+        for ask in asks:
+            if ask.done() and not ask.cancelled() and ask.result() not in held:
+                held.append(ask.result())
+        asks = [a for a in asks if not a.done()]
+        while asks or held:  # each connection given back goes to the next ask
+            for conn in held:
+                await pool.putconn(conn)
+            held = []
+            if asks:
+                done, pending = await asyncio.wait(
+                    asks, timeout=3, return_when=asyncio.FIRST_COMPLETED
+                )
+                assert done, f"{len(pending)} ask(s) stranded"
+                held = [a.result() for a in done if not a.cancelled()]
+                asks = list(pending)
+        await pool.close()
+
+    asyncio.run(run())
