@@ -346,6 +346,11 @@ class JobType(Generic[P, T]):
             raise JobDefinitionError(f"job {self.name!r}: retries={retries!r} must be an int >= 0")
         if queue is not None:
             check_queue_name(queue, f"job {self.name!r}")
+        if id is not None and (type(id) is not str or not id):
+            raise JobDefinitionError(
+                f"job {self.name!r}: id={id!r} must be a non-empty str (a job's id in the "
+                f"store, e.g. id=f'invoice-{{n}}'); nothing was enqueued"
+            )
         return _Options(
             self,
             JobCall(self, (), {}, delay, at, retries, queue, id, key=key, connection=connection),

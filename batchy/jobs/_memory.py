@@ -306,7 +306,12 @@ class MemoryBackend(Backend):
         return sorted(self._dead.values(), key=lambda d: d.died_at, reverse=True)[:limit]
 
     async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
-        chosen = [i for i in (self._dead if ids is None else ids) if i in self._dead]
+        # A dead job whose id is a live job's again (enqueued anew) stays dead.
+        chosen = [
+            i
+            for i in (self._dead if ids is None else ids)
+            if i in self._dead and i not in self._jobs
+        ]
         for job_id in chosen:
             dead = self._dead.pop(job_id)
             await self.push([Envelope(dead.id, dead.queue, dead.payload, key=dead.key)], now)

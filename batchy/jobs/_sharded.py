@@ -118,6 +118,11 @@ class ShardedJob:
 
     async def start(self, run: str = "default", *, cursor: Any = None) -> int:
         """Enqueue every shard of ``run``; how many were enqueued (0: it is still going)."""
+        # Going while any shard is queued, running or dead (a dead one resumes from
+        # its cursor with `batchy dead retry`); a push alone would see only the
+        # shards still queued or running, and run the finished ones again.
+        if any(s.state not in ("done", "unknown") for s in await self.status(run)):
+            return 0
         now = _clock.now()
         envelopes = []
         for shard in range(self.shards):

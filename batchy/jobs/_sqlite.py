@@ -59,14 +59,18 @@ from ._model import (
 from ._records import StoredJob
 from ._sqlite_admin import act, list_jobs, read_job, retry_dead, select_dead
 from ._sqlite_app import join_app_transaction
+from ._sqlite_counts import TABLE as COUNTS_TABLE
 from ._sqlite_counts import add_counts, read_counts
 from ._sqlite_lock import Transaction as _Transaction
 from ._sqlite_lock import check_busy_timeout, read
 from ._sqlite_read import read_info, read_keys, read_status
+from ._sqlite_runs import TABLE as RUNS_TABLE
 from ._sqlite_runs import note_run, runs
 from ._sqlite_tx import (
     advance,
     finish_done,
+    foreign_problem,
+    foreign_tables,
     insert_jobs,
     open_wal,
 )
@@ -105,6 +109,9 @@ class SQLiteBackend(Backend):
             )
         check_busy_timeout(busy_timeout)
         self.path = str(path)
+        # Resolved once: a later chdir must not point the store (its wake-ups, the
+        # check of an application's connection) at another file of the same name.
+        self.file = self.path if self.path in ("", ":memory:") else os.path.abspath(self.path)
         self.dead_max = dead_max
         self.dead_max_age = dead_max_age
         # One connection, used from web threads (push_sync) and the loop: see
@@ -114,9 +121,14 @@ class SQLiteBackend(Backend):
         self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         self.busy_timeout = busy_timeout
         with _Transaction(self._db, self._lock, busy_timeout, noted=False):
-            _create_schema(self._db)
+            foreign = foreign_tables(self._db, (COUNTS_TABLE, RUNS_TABLE))
+            if not foreign:
+                _create_schema(self._db)
+        if foreign:
+            self._db.close()
+            raise ConfigError(foreign_problem(self.path, foreign))
         self._pruned = 0.0
-        self._wakeups = SQLiteWakeups(self.path, self._db, self._lock, busy_timeout)
+        self._wakeups = SQLiteWakeups(self.file, self._db, self._lock, busy_timeout)
 
     #: Rows a page of jobs reads at most per queue beyond the page (see list_jobs).
     page_budget = 500
@@ -157,7 +169,7 @@ class SQLiteBackend(Backend):
         # exist if and only if it commits. Nobody can ring after that commit,
         # so a worker may see them only at its next poll_interval.
         self.check_envelopes(envelopes)
-        join_app_transaction(self, self.path, connection)
+        join_app_transaction(self, self.file, connection)
         pushed = insert_jobs(connection, envelopes, sent, _clock.store_now())
         return self._pushed(envelopes, pushed)
 
@@ -339,10 +351,9 @@ class SQLiteBackend(Backend):
 
     async def retry_dead(self, ids: Sequence[str] | None, now: float) -> int:
         async with self._tx():
-            rows = select_dead(self._db, ids)
-            retry_dead(self._db, rows, _clock.store_now())
-        self._wakeups.signal({row[1] for row in rows})
-        return len(rows)
+            moved = retry_dead(self._db, select_dead(self._db, ids), _clock.store_now())
+        self._wakeups.signal(set(moved))
+        return len(moved)
 
     async def delete_dead(self, ids: Sequence[str] | None) -> int:
         async with self._tx():
@@ -353,7 +364,7 @@ class SQLiteBackend(Backend):
     # -- operating -------------------------------------------------------------------
 
     def describe(self) -> str:
-        where = self.path if self.path in ("", ":memory:") else os.path.abspath(self.path)
+        where = self.file
         return f"SQLite {where}"
 
     async def list_jobs(

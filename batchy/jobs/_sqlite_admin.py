@@ -238,15 +238,21 @@ def select_dead(
 
 def retry_dead(
     db: sqlite3.Connection, rows: Sequence[tuple[str, str, str, str | None]], now: float
-) -> None:
-    """Put the dead jobs ``rows`` (from :func:`select_dead`) back on their queues, due now."""
+) -> list[str]:
+    """Put the dead jobs ``rows`` (from :func:`select_dead`) back on their queues, due now;
+    the queues of those moved. One whose id is a live job's again (enqueued anew) stays dead:
+    the live job is not replaced."""
+    queues = []
     for job_id, queue, payload, key in rows:
+        if db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None:
+            continue
         db.execute("DELETE FROM dead WHERE id = ?", (job_id,))
         db.execute(
-            "INSERT OR REPLACE INTO jobs (id, queue, payload, due, okey, state) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO jobs (id, queue, payload, due, okey, state) VALUES (?, ?, ?, ?, ?, ?)",
             (job_id, queue, payload, now, key, entry_state(db, key)),
         )
+        queues.append(queue)
+    return queues
 
 
 def act(

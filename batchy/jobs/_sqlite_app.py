@@ -25,7 +25,13 @@ def join_app_transaction(store: object, path: str, connection: Any) -> None:
             f"{store!r}: connection={connection!r} is not a sqlite3.Connection; pass the "
             "connection your transaction runs on"
         )
-    files = [row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"]
+    # On a cursor of its own: the app's row_factory (a dict factory, say) must not
+    # change what is read; its text_factory may give the names as bytes.
+    cursor = connection.cursor()
+    cursor.row_factory = None
+    rows = cursor.execute("PRAGMA database_list").fetchall()
+    cursor.close()
+    files = [_text(row[2]) for row in rows if _text(row[1]) == "main"]
     mine = os.path.realpath(path) if path not in ("", ":memory:") else None
     theirs = os.path.realpath(files[0]) if files and files[0] else None
     if mine is None or theirs != mine:
@@ -44,6 +50,12 @@ def join_app_transaction(store: object, path: str, connection: Any) -> None:
         )
     if not connection.in_transaction:
         connection.execute("BEGIN IMMEDIATE")
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return os.fsdecode(value)
+    return str(value) if value is not None else ""
 
 
 def _autocommits(connection: sqlite3.Connection) -> bool:

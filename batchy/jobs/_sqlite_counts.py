@@ -13,9 +13,9 @@ from collections.abc import Mapping
 
 from ._backend import COUNTS_KEPT
 
-__all__ = ["add_counts", "read_counts"]
+__all__ = ["TABLE", "add_counts", "read_counts"]
 
-_TABLE = (
+TABLE = (
     "CREATE TABLE IF NOT EXISTS counts (minute INTEGER NOT NULL, name TEXT NOT NULL, "
     "n INTEGER NOT NULL, PRIMARY KEY (minute, name)) WITHOUT ROWID"
 )
@@ -23,7 +23,7 @@ _TABLE = (
 
 def add_counts(db: sqlite3.Connection, counts: Mapping[tuple[int, str], int], now: float) -> None:
     """Add ``counts`` in the caller's transaction, and drop minutes no dashboard shows."""
-    db.execute(_TABLE)
+    db.execute(TABLE)
     db.executemany(
         "INSERT INTO counts (minute, name, n) VALUES (?, ?, ?) "
         "ON CONFLICT (minute, name) DO UPDATE SET n = n + excluded.n",

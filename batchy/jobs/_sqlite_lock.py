@@ -126,20 +126,27 @@ class Transaction:
         self.busy_timeout = busy_timeout
         self.noted = noted  # False only while the schema (and table held) is being made
         self.began = 0.0
+        self.waited_since: float | None = None  # the store's time of the first try, if it failed
 
     def __enter__(self) -> Transaction:
         if not self._begin():  # most steps: at the first try
-            patience = _Patience(self.busy_timeout)
+            patience = self._waiting()
             while not self._begin():
                 time.sleep(patience.pause())
         return self
 
     async def __aenter__(self) -> Transaction:
         if not self._begin():
-            patience = _Patience(self.busy_timeout)
+            patience = self._waiting()
             while not self._begin():
                 await asyncio.sleep(patience.pause())
         return self
+
+    def _waiting(self) -> _Patience:
+        # The file is held from now on, as far as this step knows: if its holder
+        # notes nothing (killed holding it, or rolled back), the wait is the hold.
+        self.waited_since = _clock.store_now()
+        return _Patience(self.busy_timeout)
 
     def _begin(self) -> bool:
         """Hold the lock and the file now, or neither and say so.
@@ -159,7 +166,7 @@ class Transaction:
                 return False
             self.began = _clock.store_now()
             if self.noted:
-                _give_back_held_time(self.db)
+                _give_back_held_time(self.db, self.waited_since, self.began)
         except BaseException:
             # Whatever failed once BEGIN went through (an interrupt, a full disk),
             # the transaction ends here: left open, every later step would fail.
@@ -200,13 +207,21 @@ def _rollback(db: sqlite3.Connection) -> None:
         db.execute("ROLLBACK")
 
 
-def _give_back_held_time(db: sqlite3.Connection) -> None:
+def _give_back_held_time(db: sqlite3.Connection, waited_since: float | None, now: float) -> None:
     row = db.execute("SELECT began, ended FROM held").fetchone()
-    if row is not None and row[1] - row[0] > HOLD_GRACE:
-        # The last transaction held the file from `began` to `ended`: a lease live
-        # at `began` could not be renewed for that long. (It is applied once: this
-        # transaction notes its own times over it.)
+    if row is None:
+        return
+    began, ended = row
+    if waited_since is not None and ended < waited_since:
+        # This step waited for the file, and whoever held it noted no hold (a
+        # store's step killed holding it, or rolled back; an application's own
+        # transaction): the wait is the hold, as far as anyone can tell.
+        began, ended = waited_since, now
+    if ended - began > HOLD_GRACE:
+        # The file was held from `began` to `ended`: a lease live at `began` could
+        # not be renewed for that long. (It is applied once: this transaction
+        # notes its own times over it.)
         db.execute(
             "UPDATE jobs SET lease = lease + ? WHERE state = 1 AND lease >= ?",
-            (row[1] - row[0], row[0]),
+            (ended - began, began),
         )

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["note_run", "runs"]
+__all__ = ["TABLE", "note_run", "runs"]
 
-_TABLE = (
+TABLE = (
     "CREATE TABLE IF NOT EXISTS runs (name TEXT NOT NULL, run TEXT NOT NULL, "
     "started REAL NOT NULL, PRIMARY KEY (name, run)) WITHOUT ROWID"
 )
@@ -20,7 +20,7 @@ _TABLE = (
 
 def note_run(db: sqlite3.Connection, name: str, run: str, now: float, keep: float) -> None:
     """Record the start of ``run``, in the caller's transaction; forget runs past ``keep``."""
-    db.execute(_TABLE)
+    db.execute(TABLE)
     db.execute(
         "INSERT INTO runs (name, run, started) VALUES (?, ?, ?) "
         "ON CONFLICT (name, run) DO UPDATE SET started = excluded.started",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from . import _clock
@@ -19,6 +19,8 @@ __all__ = [
     "chunks",
     "create_schema",
     "entry_state",
+    "foreign_problem",
+    "foreign_tables",
     "insert_jobs",
     "finish_done",
     "open_wal",
@@ -123,6 +125,53 @@ def create_schema(db: sqlite3.Connection) -> None:
         "CREATE TABLE IF NOT EXISTS cancels (id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
         "token TEXT NOT NULL)"
     )
+
+
+def foreign_tables(db: sqlite3.Connection, others: Sequence[str]) -> dict[str, list[str]]:
+    """Tables of the file with a name of the store's but other columns: {name: columns}.
+
+    The store keeps its tables in the file it opens, which is the application's
+    own for a transactional enqueue; an application table named ``jobs`` or
+    ``workers`` would otherwise be taken for the store's: its rows overwritten,
+    pruned, or every heartbeat failing. ``others``: the CREATE statements of the
+    tables made on first use (counts, runs). A table of an older release, with
+    fewer of the columns, is the store's.
+    """
+    mine = _columns(others)
+    names = ", ".join("?" * len(mine))
+    found = [r[0] for r in db.execute(
+        f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({names})", list(mine)
+    )]  # fmt: skip
+    theirs = {name: [r[1] for r in db.execute(f"PRAGMA table_info({name})")] for name in found}
+    return {name: cols for name, cols in theirs.items() if not set(cols) <= mine[name]}
+
+
+def foreign_problem(path: str, tables: Mapping[str, list[str]]) -> str:
+    """The error message for :func:`foreign_tables`' finds."""
+    shown = "; ".join(f"{name!r} ({', '.join(cols)})" for name, cols in sorted(tables.items()))
+    return (
+        f"SQLite job store {path}: the file holds tables of the same name as the store's but "
+        f"not its columns: {shown}. The store keeps its tables (jobs, results, dead, uniques, "
+        "workers, queues, held, cancels, counts, runs) in the file it opens, and would take "
+        "these for its own. Rename those tables, or give the store a file of its own (jobs "
+        "are then not enqueued in your transactions); nothing was changed"
+    )
+
+
+_COLUMNS: dict[str, set[str]] = {}
+
+
+def _columns(others: Sequence[str]) -> dict[str, set[str]]:
+    """The store's tables and their columns, read off the schema made in memory (once)."""
+    if not _COLUMNS:
+        mem = sqlite3.connect(":memory:")
+        create_schema(mem)
+        for statement in others:
+            mem.execute(statement)
+        for (name,) in mem.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+            _COLUMNS[name] = {r[1] for r in mem.execute(f"PRAGMA table_info({name})")}
+        mem.close()
+    return _COLUMNS
 
 
 def entry_state(db: sqlite3.Connection, key: str | None) -> int:

@@ -347,7 +347,8 @@ end
 local n = 0
 for _, id in ipairs(ids) do
   local info = redis.call('HGET', p..'deadinfo', id)
-  if info then
+  -- A dead job whose id is a live job's again (enqueued anew) stays dead.
+  if info and not (retry and redis.call('HEXISTS', p..'jobs', id) == 1) then
     n = n + 1
     redis.call('ZREM', p..'dead', id)
     redis.call('HDEL', p..'deadinfo', id)

@@ -611,3 +611,18 @@ async def test_an_exception_whose_str_raises_is_still_a_failed_attempt(queue: Qu
     status = await handle.status()
     assert status.state == "dead"
     assert status.reason.startswith("Unprintable: <str() raised RuntimeError> (failed 1 time(s)")
+
+
+@pytest.mark.parametrize("bad", [123, b"x", ""])
+def test_a_job_id_must_be_a_non_empty_str(queue: Queue, bad: object) -> None:
+    # An int id failed deep in the store with "'int' object has no attribute 'isascii'".
+    @queue.job(name="ship")
+    async def ship(order: int) -> None:
+        return None
+
+    with pytest.raises(JobDefinitionError) as info:
+        ship.options(id=bad)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        f"job 'ship': id={bad!r} must be a non-empty str (a job's id in the store, e.g. "
+        "id=f'invoice-{n}'); nothing was enqueued"
+    )

@@ -171,3 +171,28 @@ async def test_stores_remember_each_sharded_run_until_it_is_past_keeping(
     assert await backend.runs("walk", now, keep, limit=1) == [("a", now)]
     assert await backend.runs("walk", now + keep - 5, keep) == [("a", now)]  # b is past
     assert await backend.runs("other", now, keep) == [("a", now - 5)]
+
+
+async def test_a_run_with_a_shard_finished_or_dead_is_still_going(queue: Queue) -> None:
+    # start(run) pushed every shard whose id was not queued or running: a finished
+    # shard ran again while the others still ran, and a dead one began again from
+    # the start, its cursor lost (`batchy dead retry` resumes it from there).
+    runs: list[tuple[int, int | None]] = []
+
+    @queue.sharded(shards=3, name="copy", retries=0)
+    async def copy(shard: int, shards: int, cursor: int | None) -> int | None:
+        runs.append((shard, cursor))
+        if shard == 1 and cursor == 0:
+            raise ValueError("row 1 is broken")
+        return None if cursor is not None or shard == 2 else 0
+
+    assert await copy.start("r") == 3
+    worker = fast_worker(queue, burst=True)
+    await worker.run()
+    states = [s.state for s in await copy.status("r")]
+    assert states == ["done", "dead", "done"], states
+    assert await copy.start("r") == 0  # before: 2 (shards 0 and 1 from the beginning)
+    assert await queue.retry_dead() == 1
+    assert await copy.start("r") == 0  # shard 1 queued again
+    await fast_worker(queue, burst=True).run()
+    assert runs.count((0, None)) == 1 and runs.count((1, 0)) == 2  # resumed, twice at 0

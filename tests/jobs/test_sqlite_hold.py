@@ -63,13 +63,19 @@ async def test_a_transaction_holding_the_file_past_a_lease_does_not_hand_its_job
         await store.close()
 
 
+async def two_stores_one_claim(path: Path) -> tuple[SQLiteBackend, SQLiteBackend]:
+    """Two stores on ``path``; the first holds job "held", its lease until 1001.0."""
+    a, b = SQLiteBackend(path), SQLiteBackend(path)
+    await a.push([Envelope("held", "default", "{}")], 1000.0)
+    await a.cycle([], ["default"], 1, "A", 1.0, 1000.0)
+    return a, b
+
+
 async def test_a_rolled_back_transaction_notes_no_hold_and_a_later_one_still_applies_it(
     tmp_path: Path, clock: list[float]
 ) -> None:
     path = tmp_path / "jobs.db"
-    a, b = SQLiteBackend(path), SQLiteBackend(path)
-    await a.push([Envelope("held", "default", "{}")], 1000.0)
-    await a.cycle([], ["default"], 1, "A", 1.0, 1000.0)  # until 1001.0
+    a, b = await two_stores_one_claim(path)
     with b._tx():
         clock[0] = 1002.0  # a 2 s hold
     clock[0] = 1002.1
@@ -291,3 +297,28 @@ async def test_a_worker_stopping_while_the_file_is_held_returns_and_its_job_runs
     await Worker(queue, burst=True, poll_interval=0.05).run()
     assert runs == [1, 1]
     await queue.close()
+
+
+async def test_a_hold_whose_holder_notes_nothing_is_given_back_by_the_step_that_waited(
+    tmp_path: Path, clock: list[float]
+) -> None:
+    # A holder killed holding the file (frozen, then killed), or one that rolls
+    # back, notes no hold: the next step handed out jobs whose leases ran out only
+    # because nobody could renew them meanwhile.
+    import asyncio
+
+    path = tmp_path / "jobs.db"
+    a, c = await two_stores_one_claim(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the file is held from 1000.2
+    clock[0] = 1000.2
+    turn = asyncio.ensure_future(c.cycle([], ["default"], 10, "C", 30.0, 1000.2))
+    await asyncio.sleep(0.1)
+    assert not turn.done()  # C waits for the file
+    clock[0] = 1002.6  # held 2.4 s, past the lease
+    holder.execute("ROLLBACK")  # and ended without a note
+    assert list(await turn) == []  # before: ["held"], while A still ran it
+    assert leases(path)["held"] == pytest.approx(1003.4)  # the 2.4 s given back
+    holder.close()
+    for store in (a, c):
+        await store.close()

@@ -226,3 +226,72 @@ async def test_a_file_held_past_busy_timeout_is_an_error_that_says_so(tmp_path: 
 
 async def _noop(order: int) -> None:
     return None
+
+
+@pytest.mark.parametrize(
+    ("table", "columns"),
+    [("workers", "id TEXT PRIMARY KEY, name TEXT, email TEXT, hired REAL"), ("jobs", "id, title")],
+)
+def test_an_app_table_named_as_one_of_the_stores_is_never_taken_for_it(
+    tmp_path: Path, table: str, columns: str
+) -> None:
+    # The store lives in the app's file for a transactional enqueue. An app table
+    # `workers` was taken for the store's: every heartbeat failed (4 columns, 3
+    # values), so leases ran out and a running job started again every lease; one
+    # of 3 columns would have had its rows overwritten and pruned.
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as app:
+        app.execute(f"CREATE TABLE {table} ({columns})")
+        app.execute(f"INSERT INTO {table} (id) VALUES ('1')")
+    with pytest.raises(ConfigError) as info:
+        SQLiteBackend(path)
+    cols = ", ".join(c.split()[0] for c in columns.split(", "))
+    assert str(info.value) == (
+        f"SQLite job store {path}: the file holds tables of the same name as the store's but "
+        f"not its columns: {table!r} ({cols}). The store keeps its tables (jobs, results, "
+        "dead, uniques, workers, queues, held, cancels, counts, runs) in the file it opens, "
+        "and would take these for its own. Rename those tables, or give the store a file of "
+        "its own (jobs are then not enqueued in your transactions); nothing was changed"
+    )
+    with sqlite3.connect(path) as app:  # nothing of the store's was made
+        names = {r[0] for r in app.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert names == {table}
+
+
+async def test_the_apps_row_and_text_factories_do_not_change_the_check(tmp_path: Path) -> None:
+    # A dict row factory (the sqlite3 docs' own) failed with a bare KeyError, and
+    # text_factory=bytes was refused as "a memory database".
+    queue, _, _ = make(tmp_path / "jobs.db")
+
+    def dict_factory(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> dict[str, object]:
+        return {col[0]: value for col, value in zip(cursor.description, row, strict=True)}
+
+    for setting, value in (("row_factory", dict_factory), ("text_factory", bytes)):
+        app = sqlite3.connect(tmp_path / "jobs.db")
+        setattr(app, setting, value)
+        handle = await queue.jobs["ship"].options(connection=app).enqueue(1)
+        app.commit()
+        app.close()
+        assert (await handle.status()).state == "queued", setting
+
+
+async def test_a_store_opened_on_a_relative_path_keeps_its_file_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check of an app's connection resolved the store's path at each enqueue:
+    # after a chdir it refused the store's own file and took another file's.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    queue, _, _ = make(Path("jobs.db"))
+    monkeypatch.chdir(tmp_path / "b")
+    ship = queue.jobs["ship"]
+    other = sqlite3.connect("jobs.db")  # b/jobs.db: another file of the same name
+    with pytest.raises(ConfigError, match=f"not on this store's file {tmp_path}/a/jobs.db"):
+        await ship.options(connection=other).enqueue(2)
+    other.close()
+    app = sqlite3.connect(tmp_path / "a" / "jobs.db")
+    handle = await ship.options(connection=app).enqueue(1)
+    app.commit()
+    app.close()
+    assert (await handle.status()).state == "queued"
