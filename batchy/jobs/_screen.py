@@ -22,6 +22,8 @@ from ._times import delay_problem
 __all__ = ["check_envelopes", "screen_outcomes", "text_problem"]
 
 _KINDS = ("done", "retry", "dead", "release")
+#: The longest id, queue name or key (UTF-8 bytes) every store can index.
+MAX_TEXT = 1000
 _FIELDS = {"id": "id", "queue": "queue name", "key": "ordering key", "unique": "unique key"}
 
 
@@ -102,12 +104,24 @@ def check_envelopes(envelopes: Sequence[Envelope]) -> None:
     :class:`TextError` if its id, queue, ordering or unique key is text no store can keep."""
     for e in envelopes:
         for name, text in (("id", e.id), ("queue", e.queue), ("key", e.key), ("unique", e.unique)):
+            if text is not None and not isinstance(text, str):
+                raise TextError(
+                    f"job {e.id!r}: its {_FIELDS[name]} {text!r} is a {type(text).__name__}, "
+                    "not a str; nothing was enqueued"
+                )
             if text is not None and (problem := text_problem(text)) is not None:
                 raise TextError(
                     f"the {_FIELDS[name]} {text!r} of job {e.id} {problem}; the stores keep it "
                     "as text, which PostgreSQL holds without NUL and no store with a lone "
                     "surrogate. Use text without them (a file name's hex or percent-encoded "
                     "form, say); nothing was enqueued"
+                )
+            if text is not None and len(text) > MAX_TEXT // 4 and len(text.encode()) > MAX_TEXT:
+                raise TextError(
+                    f"the {_FIELDS[name]} {text[:60]!r}... of job {e.id[:60]} is "
+                    f"{len(text.encode()):,} bytes long; the stores index it, and a PostgreSQL "
+                    f"index entry holds about 2,700 bytes at most. Keep it under {MAX_TEXT:,} "
+                    "bytes (a hash of a long key, say); nothing was enqueued"
                 )
         if e.due is None and e.unique_ttl == 0.0:
             continue  # the defaults: no time to check

@@ -76,15 +76,22 @@ class Listener:
 
     async def _run(self) -> None:
         delay = 0.05
+        failed = 0  # tries in a row that could not connect
         while True:
             try:
                 self.connection = await self._listen()
             except (psycopg.Error, OSError) as error:
-                log.warning("batchy jobs: cannot LISTEN on PostgreSQL (%s); retrying", error)
+                # Once per outage, not once a second: the worker says the store is
+                # down already, and says when it is back.
+                failed += 1
+                level = logging.WARNING if failed == 1 else logging.DEBUG
+                log.log(level, "batchy jobs: cannot LISTEN on PostgreSQL (%s); retrying", error)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
-            delay = 0.05
+            if failed > 1:
+                log.info("batchy jobs: listening on PostgreSQL again after %d tries", failed)
+            delay, failed = 0.05, 0
             if self.ever:
                 # Listening again: whatever was sent while the connection was down
                 # is caught up by one look at the store from every worker. (The

@@ -29,6 +29,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from batchy.jobs import ConfigError, Envelope
 
+from .._pg_idle import server_ended
 from ._postgres_schema import Names, ensure_sync
 from ._postgres_sql import KEY_WAIT_SECONDS
 
@@ -147,6 +148,8 @@ class PostgresPushing:
 
     def _sync_connection(self) -> psycopg.Connection[Any]:
         """The blocking connection, made on first use (call it holding ``_sync_lock``)."""
+        if self._sync is not None and not self._sync.closed and server_ended(self._sync):
+            self._sync.close()  # the server ended it while idle (a restart, a failover)
         if self._sync is None or self._sync.closed:
             conn = psycopg.connect(self.dsn, autocommit=True)
             try:

@@ -86,6 +86,13 @@ class Names:
     def read_version(self) -> str:
         return f"SELECT max(version) FROM {self.quoted}.version"
 
+    def current(self, row: object) -> bool:
+        """Whether the version read (:meth:`read_version`) is this release's; a newer one raises."""
+        found = _version(row)
+        if found is not None and found > ddl.VERSION:
+            self.upgrade(found)  # raises SchemaVersionError
+        return found == ddl.VERSION
+
     def upgrade(self, found: int | None) -> list[str]:
         """The statements that take a schema at version ``found`` (None: new) to ours."""
         if found is None:
@@ -106,8 +113,19 @@ class Names:
         return f"DELETE FROM {table}; INSERT INTO {table} VALUES ({version})"
 
 
+# A schema that is current needs only a read: plain table rights. Creating or
+# migrating one needs CREATE on the database and the schema, which the docs ask
+# for the first time only; every pool's first connection used to ask for it.
+_MISSING = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
+
+
 async def ensure_async(conn: psycopg.AsyncConnection[object], names: Names) -> None:
     """Create or migrate the schema through ``conn`` (an autocommit connection)."""
+    try:
+        if names.current(await (await conn.execute(names.read_version())).fetchone()):
+            return
+    except _MISSING:
+        pass
     for attempt in _Attempts(names):
         try:
             async with conn.transaction():
@@ -127,6 +145,11 @@ async def ensure_async(conn: psycopg.AsyncConnection[object], names: Names) -> N
 
 def ensure_sync(conn: psycopg.Connection[object], names: Names) -> None:
     """:func:`ensure_async` for a blocking connection."""
+    try:
+        if names.current(conn.execute(names.read_version()).fetchone()):
+            return
+    except _MISSING:
+        pass
     for attempt in _Attempts(names):
         try:
             with conn.transaction():

@@ -149,13 +149,45 @@ ALTER FUNCTION {s}.retry_dead(text[]) SET enable_seqscan = off SET jit = off;
 # Version 11: a push (and a retry of dead jobs) waits at most KEY_WAIT for an
 # ordering key that another transaction holds, then fails with a message, where it
 # waited for ever: for a transaction of the caller's own, which cannot end until
-# the push returns, too. And the heartbeat skips the rows a turn holds.
+# the push returns, too. The heartbeat skips the rows a turn holds, and a retry of
+# all dead jobs leaves a dead job whose id is a live job's again in the dead set.
 KEY_WAIT_SECONDS = 10
 KEY_WAIT = f"'{KEY_WAIT_SECONDS}s'"
 _KEY_WAIT = f"""
 ALTER FUNCTION {{s}}.push(text[], text[], text[], float8[], text[], float8[], text[])
   SET lock_timeout = {KEY_WAIT};
-ALTER FUNCTION {{s}}.retry_dead(text[]) SET lock_timeout = {KEY_WAIT};
+"""
+
+RETRY_DEAD = f"""
+-- Dead jobs back on their queues (all when p_ids is NULL); how many moved.
+CREATE OR REPLACE FUNCTION {{s}}.retry_dead(p_ids text[]) RETURNS int LANGUAGE plpgsql
+SET enable_seqscan = off SET jit = off SET lock_timeout = {KEY_WAIT} AS $$
+#variable_conflict use_column
+DECLARE
+  t float8 := {{s}}.clock();
+  r record;
+  n int := 0;
+  st smallint;
+BEGIN
+  PERFORM {{s}}.lock_keys(ARRAY(SELECT d.okey FROM {{s}}.dead d
+                                WHERE p_ids IS NULL OR d.id = ANY(p_ids)));
+  -- A dead job whose id is a live job's again (enqueued anew) stays dead: the
+  -- insert below would not replace the live job, and the dead one was lost.
+  FOR r IN DELETE FROM {{s}}.dead d WHERE (p_ids IS NULL OR d.id = ANY(p_ids))
+             AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs j WHERE j.id = d.id)
+           RETURNING d.id, d.queue, d.payload, d.okey LOOP
+    st := 0;
+    IF r.okey IS NOT NULL AND EXISTS (SELECT 1 FROM {{s}}.jobs WHERE okey = r.okey) THEN
+      st := 2;
+    END IF;
+    INSERT INTO {{s}}.jobs (id, queue, payload, due, okey, state)
+      VALUES (r.id, r.queue, r.payload, t, r.okey, st) ON CONFLICT (id) DO NOTHING;
+    INSERT INTO {{s}}.queues VALUES (r.queue) ON CONFLICT DO NOTHING;
+    IF st = 0 THEN PERFORM {{s}}.wake(r.queue, false); END IF;
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END $$;
 """
 
 #: The current schema: tables, indexes and the step functions.
@@ -259,33 +291,7 @@ SET enable_seqscan = off SET jit = off AS $$
     (SELECT min(x.lease) FROM {{s}}.jobs x WHERE x.state = 1)) - {{s}}.clock()
 $$;
 
--- Dead jobs back on their queues (all when p_ids is NULL); how many moved.
-CREATE FUNCTION {{s}}.retry_dead(p_ids text[]) RETURNS int LANGUAGE plpgsql
-SET enable_seqscan = off SET jit = off SET lock_timeout = {KEY_WAIT} AS $$
-#variable_conflict use_column
-DECLARE
-  t float8 := {{s}}.clock();
-  r record;
-  n int := 0;
-  st smallint;
-BEGIN
-  PERFORM {{s}}.lock_keys(ARRAY(SELECT d.okey FROM {{s}}.dead d
-                                WHERE p_ids IS NULL OR d.id = ANY(p_ids)));
-  FOR r IN DELETE FROM {{s}}.dead d WHERE p_ids IS NULL OR d.id = ANY(p_ids)
-           RETURNING d.id, d.queue, d.payload, d.okey LOOP
-    st := 0;
-    IF r.okey IS NOT NULL AND EXISTS (SELECT 1 FROM {{s}}.jobs WHERE okey = r.okey) THEN
-      st := 2;
-    END IF;
-    INSERT INTO {{s}}.jobs (id, queue, payload, due, okey, state)
-      VALUES (r.id, r.queue, r.payload, t, r.okey, st) ON CONFLICT (id) DO NOTHING;
-    INSERT INTO {{s}}.queues VALUES (r.queue) ON CONFLICT DO NOTHING;
-    IF st = 0 THEN PERFORM {{s}}.wake(r.queue, false); END IF;
-    n := n + 1;
-  END LOOP;
-  RETURN n;
-END $$;
-"""
+{RETRY_DEAD}"""
 
 #: ``MIGRATIONS[v]`` takes a schema from version ``v`` to ``v + 1``.
 MIGRATIONS: dict[int, str] = {
@@ -298,5 +304,5 @@ MIGRATIONS: dict[int, str] = {
     7: CYCLE,
     8: _CLAIMS_BY_TOKEN + KEY_LOCKS + CYCLE + HEARTBEAT + ADVANCE,
     9: CYCLE + HEARTBEAT + ADVANCE + _NO_SCANS,
-    10: HEARTBEAT + _KEY_WAIT,
+    10: HEARTBEAT + RETRY_DEAD + _KEY_WAIT,
 }

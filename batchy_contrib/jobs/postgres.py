@@ -59,6 +59,7 @@ from batchy.jobs import (
     WorkerInfo,
 )
 
+from .._pg_idle import server_ended
 from . import _postgres_counts as _counts
 from . import _postgres_read as _read
 from . import _postgres_runs as _runs
@@ -197,12 +198,23 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         return pool
 
     async def _open(self) -> AsyncConnectionPool[Any]:
+        async def still_open(conn: psycopg.AsyncConnection[Any]) -> None:
+            if server_ended(conn):
+                await conn.close()  # so the pool drops it (one given back open is served again)
+                # A restart ends every idle connection: check the others now, rather
+                # than each at its turn, after the pool's back-off (1, 2, 4 s...).
+                await pool.check()
+                raise psycopg.OperationalError("the server ended this connection while idle")
+
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self.dsn,
             min_size=min(4, self.pool_size),
             max_size=self.pool_size,
             kwargs={"autocommit": True},
             configure=self._configure,
+            # A connection the server ended while it was idle (a restart, a failover)
+            # is dropped as it is taken, not handed to a push that then fails.
+            check=still_open,
             open=False,
         )
         try:

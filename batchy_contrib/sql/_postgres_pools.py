@@ -24,7 +24,6 @@ import asyncio
 import collections
 import contextlib
 import math
-import select
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,6 +31,8 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from batchy import UsageError
+
+from .._pg_idle import server_ended
 
 __all__ = ["Pool", "abandon_pool", "close_pool", "pool_host", "url_options"]
 
@@ -73,7 +74,7 @@ class Pool:
                 raise PoolClosedError(f"the connection pool for {self.conninfo!r} is closed")
             if self._idle:
                 idle = self._idle.pop()  # the most recently used: the others may expire
-                if not _ended(idle):
+                if not server_ended(idle):
                     return idle
                 self._all.discard(idle)
                 await idle.close()
@@ -150,30 +151,6 @@ class Pool:
             conn = self._idle.pop()
             self._all.discard(conn)
             await conn.close()
-
-
-def _ended(conn: Conn) -> bool:
-    """True if the server ended ``conn`` (or may have) while it was idle here.
-
-    A server restart, a failover or ``idle_session_timeout`` ends every idle
-    connection at once; each would fail the call that took it next, with no
-    way to tell then whether its statement ran (so it is not sent again). The
-    server says goodbye as it ends one, and says nothing else to a session that
-    sent nothing (these connections never LISTEN), so a socket with something to
-    read is a connection to drop: one ``select`` that does not wait.
-    """
-    try:
-        fd = conn.pgconn.socket
-    except psycopg.OperationalError:  # closed
-        return True
-    if hasattr(select, "poll"):  # no limit on the descriptor's number, as select() has
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(0))
-    try:
-        return bool(select.select([fd], [], [], 0)[0])
-    except ValueError:  # a descriptor select() cannot watch: no way to tell
-        return False
 
 
 def url_options(

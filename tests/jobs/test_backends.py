@@ -788,3 +788,49 @@ async def test_chaos_any_text_in_messages_results_and_keys(queue: Queue) -> None
             if text_problem(texts[i]) is not None:
                 shown = shown.replace("\x00", "\\x00")
             assert reasons[handle.id].startswith(f"NoRetry: {shown}"), (texts[i], reasons)
+
+
+async def test_retrying_every_dead_job_never_replaces_a_live_job_of_the_same_id(
+    queue: Queue,
+) -> None:
+    # `batchy dead retry --all` after the app enqueued a dead job's id anew: the
+    # SQLite store replaced the new job with the dead one (a keyed one then blocked
+    # its key for ever), the others dropped the dead job and counted it as moved.
+    ran = []
+
+    @queue.job(retries=0, ordered_by="account")
+    async def sync_account(account: int, version: int) -> None:
+        ran.append((account, version))
+        if version == 1:
+            raise ValueError("version 1 is broken")
+
+    await sync_account.options(id="sync-7").enqueue(7, 1)
+    await drain(queue)
+    assert [d.id for d in await queue.dead_jobs()] == ["sync-7"]
+    await sync_account.options(id="sync-7").enqueue(7, 2)  # the fixed version, same id
+    assert await queue.retry_dead() == 0  # it stays dead: its id is taken
+    assert [d.id for d in await queue.dead_jobs()] == ["sync-7"]
+    await drain(queue)
+    assert ran == [(7, 1), (7, 2)]  # the live job ran, as enqueued
+    assert await queue.retry_dead() == 1  # its id is free again
+    await drain(queue)
+    assert ran == [(7, 1), (7, 2), (7, 1)]
+
+
+@pytest.mark.parametrize("field", ["key", "id"])
+async def test_an_id_or_key_too_long_to_index_fails_its_enqueue_on_every_store(
+    queue: Queue, field: str
+) -> None:
+    # SQLite and Redis took 3,200 characters; PostgreSQL failed with "index row size
+    # 3216 exceeds btree version 4 maximum 2704".
+    @queue.job(name="ix")  # (a key is stored as "ix:<key>")
+    async def index(name: str) -> str:
+        return name
+
+    fits = "é" * 490  # 980 bytes
+    handle = await index.options(**{field: fits}).enqueue("x")
+    assert await drain(queue) == 1 and await handle.result(timeout=1) == "x"
+    with pytest.raises(TextError) as info:
+        await index.options(**{field: "k" * 1001}).enqueue("x")
+    assert "is 1,0" in str(info.value) and "bytes long" in str(info.value), str(info.value)
+    assert "Keep it under 1,000 bytes (a hash of a long key, say)" in str(info.value)

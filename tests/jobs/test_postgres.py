@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -483,3 +484,84 @@ async def test_a_heartbeat_never_deadlocks_with_its_workers_turn(store: Postgres
     assert await store.heartbeat(info, [(a.id, a.token), (b.id, "stale")], 30.0, time.time()) == [
         b.id
     ]
+
+
+async def test_a_user_with_table_rights_only_uses_a_schema_made_before(
+    store: PostgresBackend, postgres_dsn: str, postgres_schema: str
+) -> None:
+    # The docs ask for CREATE the first time only; every new pool ran CREATE SCHEMA /
+    # CREATE TABLE IF NOT EXISTS, which PostgreSQL checks before the IF NOT EXISTS.
+    await store.migrate()
+    role = f"batchy_app_{postgres_schema[-12:]}"
+    s = f'"{postgres_schema}"'
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"GRANT USAGE ON SCHEMA {s} TO {role}")
+        admin.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {role}")
+        admin.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {role}")
+        admin.execute(f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {role}")
+    app = PostgresBackend(postgres_dsn.replace("postgres@", f"{role}@"), schema=postgres_schema)
+    try:
+        assert await app.push(envelopes(2), time.time()) == [True, True]
+        assert app.push_sync([Envelope("sync", "default", "{}")], time.time()) == [True]
+        claimed = await app.cycle([], ["default"], 10, "w", 30.0, time.time())
+        assert sorted(c.id for c in claimed) == ["job0000", "job0001", "sync"]
+    finally:
+        await app.close()
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+
+
+async def test_enqueues_after_a_server_restart_do_not_fail_on_connections_it_ended(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    # A restart or failover ends every idle connection; the next enqueues failed one
+    # per pooled connection (five web requests per process), the blocking one once.
+    name = f"batchy_{postgres_schema[-12:]}"
+    store = PostgresBackend(f"{postgres_dsn}?application_name={name}", schema=postgres_schema)
+    try:
+        await store.push(envelopes(1), time.time())
+        store.push_sync([Envelope("first", "default", "{}")], time.time())
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (name,),
+            ).fetchall()
+        assert len(ended) >= 2
+        await asyncio.sleep(0.2)
+        for i in range(6):
+            assert await store.push([Envelope(f"after{i}", "default", "{}")], time.time()) == [True]
+        assert store.push_sync([Envelope("sync", "default", "{}")], time.time()) == [True]
+    finally:
+        await store.close()
+
+
+async def test_a_listen_connection_that_cannot_connect_warns_once_per_outage(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every try warned, up to once a second: 36 lines in a 30 s outage per process.
+    from batchy_contrib.jobs._postgres_listen import Listener
+
+    tries = 0
+    down = True
+
+    async def connect() -> psycopg.AsyncConnection[object]:
+        nonlocal tries
+        tries += 1
+        if down:
+            raise psycopg.OperationalError("connection refused")
+        return await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True)
+
+    listener = Listener(connect, "batchy_listen_test")
+    with caplog.at_level(logging.DEBUG, logger="batchy.jobs"):
+        listener.start()
+        await asyncio.sleep(1.2)
+        down = False
+        await asyncio.wait_for(listener.ready.wait(), 5)
+    await listener.close()
+    levels = [(r.levelname, r.getMessage()[:40]) for r in caplog.records]
+    warnings = [m for level, m in levels if level == "WARNING"]
+    assert tries >= 5 and warnings == ["batchy jobs: cannot LISTEN on PostgreSQL"], levels
+    assert ("INFO", "batchy jobs: listening on PostgreSQL aga") in levels
