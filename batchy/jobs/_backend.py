@@ -383,4 +383,7 @@ class Backend(abc.ABC):
                 parts = parts._replace(netloc=f"{user}:***@{host}")
             query = re.sub(r"(?i)(password=)[^&]*", r"\1***", parts.query)
             return urllib.parse.urlunsplit(parts._replace(query=query))
-        return re.sub(r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", location)
+        # A value is quoted, or runs to a blank that no backslash escapes (libpq's rule).
+        return re.sub(
+            r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:\\.|[^\s\\])+)", r"\1***", location
+        )

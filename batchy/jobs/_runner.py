@@ -139,7 +139,9 @@ async def run_job(
             return outcome
         if isinstance(exc, asyncio.CancelledError) and scope.stop_requested():
             duration = time.perf_counter() - start
-            log.info("job %s %s released after %.3fs (shutdown)", message.id, message.job, duration)
+            # "Stopped", not "released": the worker hands it back, or (killed, or
+            # its lease lost) leaves it to the lease; it says which.
+            log.info("job %s %s stopped after %.3fs (shutdown)", message.id, message.job, duration)
             emit(hooks, "job_finished", _finished(event, "released", duration, None))
             raise
         failure = exc

@@ -38,6 +38,8 @@ from . import _postgres_sql as ddl
 __all__ = ["MigrationTimeout", "SchemaVersionError", "Names", "ensure_async", "ensure_sync"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
+# Schemas whose tables are not the store's to make (an app's `jobs` table lives there).
+_SHARED = {"public", "information_schema"}
 log = logging.getLogger("batchy.jobs")
 
 LOCK_WAIT = 1.0  # seconds an attempt may hold up the tables it waits for
@@ -58,8 +60,15 @@ class Names:
     def __init__(self, schema: str) -> None:
         if not isinstance(schema, str) or not _NAME.fullmatch(schema):
             raise ConfigError(
-                f"PostgresBackend(schema={schema!r}): a schema name is a letter or '_' and "
-                "up to 40 more letters, digits or '_' (e.g. schema='batchy_jobs')"
+                f"PostgresBackend(schema={schema!r}): a schema name is an ASCII letter or '_' "
+                "and up to 40 more ASCII letters, digits or '_' (e.g. schema='batchy_jobs')"
+            )
+        reserved = schema.lower().startswith("pg_")
+        if reserved or schema.lower() in _SHARED:
+            why = "reserved by PostgreSQL" if reserved else "shared with other tables"
+            raise ConfigError(
+                f"PostgresBackend(schema={schema!r}): the store needs a schema of its own, and "
+                f"{schema!r} is {why}; name another (e.g. schema='batchy_jobs')"
             )
         self.schema = schema
         self.quoted = '"' + schema + '"'
@@ -117,6 +126,20 @@ class Names:
 # migrating one needs CREATE on the database and the schema, which the docs ask
 # for the first time only; every pool's first connection used to ask for it.
 _MISSING = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
+# A new schema's table or function whose name something else has taken there.
+_TAKEN = (
+    psycopg.errors.DuplicateTable,
+    psycopg.errors.DuplicateFunction,
+    psycopg.errors.DuplicateObject,
+)
+
+
+def _taken(names: Names, error: psycopg.Error) -> str:
+    return (
+        f"cannot create the job tables in schema {names.schema!r}: "
+        f"{str(error).splitlines()[0]}; the schema holds tables or functions that are not "
+        "the store's. Give the store a schema of its own (schema=...); nothing was created"
+    )
 
 
 async def ensure_async(conn: psycopg.AsyncConnection[object], names: Names) -> None:
@@ -141,6 +164,8 @@ async def ensure_async(conn: psycopg.AsyncConnection[object], names: Names) -> N
         except (psycopg.errors.LockNotAvailable, _Held) as error:
             holders = await (await conn.execute(_HOLDERS, attempt.args)).fetchall()
             await asyncio.sleep(attempt.failed(error, holders))
+        except _TAKEN as error:
+            raise ConfigError(_taken(names, error)) from error
 
 
 def ensure_sync(conn: psycopg.Connection[object], names: Names) -> None:
@@ -165,6 +190,8 @@ def ensure_sync(conn: psycopg.Connection[object], names: Names) -> None:
         except (psycopg.errors.LockNotAvailable, _Held) as error:
             holders = conn.execute(_HOLDERS, attempt.args).fetchall()
             time.sleep(attempt.failed(error, holders))
+        except _TAKEN as error:
+            raise ConfigError(_taken(names, error)) from error
 
 
 # The other sessions of this database holding locks on the schema's tables (those

@@ -175,9 +175,18 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
     async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self._own.add(conn.info.backend_pid)
         if self._schema_ready:
-            # PL/pgSQL plans a statement on its first run in each session (ms):
-            # run the cycle's paths once now (an outcome no job has, no claim),
-            # not in the first real cycle of this connection.
+            await self._warm(conn)
+
+    async def _warm(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Run the cycle's paths once (an outcome no job has, no claim), changing nothing.
+
+        PL/pgSQL plans a statement on its first run in each session (ms): now,
+        not in the first real cycle of this connection. Rolled back, as a cycle
+        also hands back expired leases: a read-only ``batchy info`` or dashboard
+        would otherwise change the store, and never show a key stalled by a
+        dead worker. The plans stay with the session.
+        """
+        async with conn.transaction(force_rollback=True):
             await conn.execute(self._sql["cycle"], _WARM)
 
     async def pool(self) -> AsyncConnectionPool[Any]:
@@ -225,7 +234,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
                     self._schema_ready = True
                 # Once here, where an error is raised: in the pool's configure
                 # it is only logged, and the pool retries until its timeout.
-                await conn.execute(self._sql["cycle"], _WARM)
+                await self._warm(conn)
             await pool.open(wait=True)
         except BaseException:
             await pool.close()

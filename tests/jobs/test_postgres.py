@@ -565,3 +565,53 @@ async def test_a_listen_connection_that_cannot_connect_warns_once_per_outage(
     warnings = [m for level, m in levels if level == "WARNING"]
     assert tries >= 5 and warnings == ["batchy jobs: cannot LISTEN on PostgreSQL"], levels
     assert ("INFO", "batchy jobs: listening on PostgreSQL aga") in levels
+
+
+async def test_opening_a_store_changes_nothing_in_it(
+    store: PostgresBackend, postgres_dsn: str, postgres_schema: str
+) -> None:
+    # Each new connection warmed the cycle's plans with a cycle, which also handed
+    # back expired leases: a read-only `batchy info` or dashboard changed the store,
+    # and never showed a key stalled by a dead worker.
+    await store.push(envelopes(1), time.time())
+    (claim,) = await store.cycle([], ["default"], 1, "dead-worker", 0.2, time.time())
+    await asyncio.sleep(0.4)  # its lease ran out: the worker died
+    viewer = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    try:
+        assert (await viewer.status(claim.id, time.time())).state == "running"
+    finally:
+        await viewer.close()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            f'SELECT state, token FROM "{postgres_schema}".jobs WHERE id = %s', (claim.id,)
+        ).fetchone()
+    assert row == (1, claim.token)  # still claimed, its lease expired: a worker's turn recovers it
+
+
+async def test_a_schema_that_is_not_the_stores_own_is_refused_with_the_reason(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    # An app's `jobs` table in the schema failed with the server's DuplicateTable;
+    # pg_* names with its ReservedName; public was taken as the store's.
+    from batchy.jobs import ConfigError
+
+    for name in ("public", "pg_jobs", "PG_Jobs"):
+        with pytest.raises(ConfigError, match="needs a schema of its own"):
+            PostgresBackend(postgres_dsn, schema=name)
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{postgres_schema}"')
+        admin.execute(f'CREATE TABLE "{postgres_schema}".jobs (id int, title text)')
+    store = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    with pytest.raises(ConfigError) as info:
+        await store.migrate()
+    await store.close()
+    assert str(info.value) == (
+        f'cannot create the job tables in schema {postgres_schema!r}: relation "jobs" already '
+        "exists; the schema holds tables or functions that are not the store's. Give the "
+        "store a schema of its own (schema=...); nothing was created"
+    )
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:  # the app's table, alone
+        tables = admin.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (postgres_schema,)
+        ).fetchall()
+    assert tables == [("jobs",)]

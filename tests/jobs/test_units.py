@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from batchy.jobs import (
+    Backend,
     Claimed,
     Cron,
     Every,
@@ -197,3 +198,24 @@ class _Shape2:
 
 class _Shape3:
     name: str
+
+
+@pytest.mark.parametrize(
+    ("location", "shown"),
+    [
+        ("postgresql://app:s3cret@db:5432/jobs", "postgresql://app:***@db:5432/jobs"),
+        ("redis://:s3cret@cache:6379/1", "redis://:***@cache:6379/1"),
+        (
+            "postgresql://db/jobs?password=s3cret&sslmode=require",
+            "postgresql://db/jobs?password=***&sslmode=require",
+        ),
+        ("host=db password=s3cret user=app", "host=db password=*** user=app"),
+        ("host=db password='s3 cret' user=app", "host=db password=*** user=app"),
+        # libpq reads `a\ b` unquoted as "a b": the whole of it is the password
+        ("host=db password=s3\\ cret user=app", "host=db password=*** user=app"),
+        ("host=db PASSWORD = s3cret", "host=db PASSWORD = ***"),
+        ("/var/lib/jobs.db", "/var/lib/jobs.db"),
+    ],
+)
+def test_a_stores_location_is_shown_without_its_password(location: str, shown: str) -> None:
+    assert Backend.redact(location) == shown
