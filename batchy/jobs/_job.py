@@ -16,7 +16,8 @@ from ._guard import guard
 from ._handle import Handle, Store
 from ._model import Message, new_id
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
-from ._times import check_at, check_delay, delay_problem
+from ._screen import QUEUE_CHARS
+from ._times import MAX_SPAN, check_at, check_delay, span_problem
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -28,12 +29,10 @@ _UNCHECKED: Any = object()
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
-
 
 def check_queue_name(name: object, what: str) -> str:
     """``name`` if it is a usable queue name; a :class:`JobDefinitionError` otherwise."""
-    if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS:
+    if not isinstance(name, str) or not name or not QUEUE_CHARS.issuperset(name):
         raise JobDefinitionError(
             f"{what}: queue name {name!r} is not valid; use letters, digits and _-.: "
             "(e.g. 'default', 'critical')"
@@ -162,10 +161,10 @@ class JobType(Generic[P, T]):
             raise JobDefinitionError(
                 f"job {label!r}: retries={retries!r} must be an int >= 0 (0: never retry)"
             )
-        if keep_result is not None and delay_problem(keep_result) is not None:
+        if keep_result is not None and span_problem(keep_result) is not None:
             raise JobDefinitionError(
                 f"job {label!r}: keep_result={keep_result!r} must be a finite number of "
-                "seconds >= 0 (0: results are not kept)"
+                f"seconds >= 0 and at most ten years, {MAX_SPAN:,} (0: results are not kept)"
             )
         if timeout is not None and not timeout > 0:
             raise JobDefinitionError(

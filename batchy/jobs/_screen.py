@@ -17,11 +17,13 @@ from dataclasses import replace
 from ._errors import DelayError, TextError
 from ._hooks import log
 from ._model import Envelope, Outcome
-from ._times import delay_problem
+from ._times import delay_problem, span_problem
 
-__all__ = ["check_envelopes", "screen_outcomes", "text_problem"]
+__all__ = ["QUEUE_CHARS", "check_envelopes", "screen_outcomes", "text_problem"]
 
 _KINDS = ("done", "retry", "dead", "release")
+#: What a queue name is made of: stores keep it in fields they separate with others.
+QUEUE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
 #: The longest id, queue name or key (UTF-8 bytes) every store can index.
 MAX_TEXT = 1000
 _FIELDS = {"id": "id", "queue": "queue name", "key": "ordering key", "unique": "unique key"}
@@ -39,9 +41,10 @@ def _screen(o: Outcome) -> Outcome:
         if not isinstance(o.payload, str):
             return _dead(o, f"its retry outcome had payload={o.payload!r}, not a string")
     elif o.kind == "done":
-        if delay_problem(o.keep) is not None:
+        if span_problem(o.keep) is not None:
             log.warning(
-                "job %s: keep=%r is not a finite number of seconds >= 0; its result is not kept",
+                "job %s: keep=%r is not a finite number of seconds >= 0 and at most ten years; "
+                "its result is not kept",
                 o.id,
                 o.keep,
             )
@@ -103,6 +106,12 @@ def check_envelopes(envelopes: Sequence[Envelope]) -> None:
     """Raise :class:`DelayError` if an envelope's due time or unique TTL is unusable,
     :class:`TextError` if its id, queue, ordering or unique key is text no store can keep."""
     for e in envelopes:
+        if not (isinstance(e.queue, str) and e.queue and QUEUE_CHARS.issuperset(e.queue)):
+            # (Queue checks names as they are declared; a store is also called directly.)
+            raise TextError(
+                f"job {e.id!r}: queue name {e.queue!r} is not valid; use letters, digits and "
+                "_-.: (stores keep it in separated fields); nothing was enqueued"
+            )
         for name, text in (("id", e.id), ("queue", e.queue), ("key", e.key), ("unique", e.unique)):
             if text is not None and not isinstance(text, str):
                 raise TextError(
@@ -126,7 +135,8 @@ def check_envelopes(envelopes: Sequence[Envelope]) -> None:
         if e.due is None and e.unique_ttl == 0.0:
             continue  # the defaults: no time to check
         for name, value in (("due", e.due), ("unique_ttl", e.unique_ttl)):
-            problem = None if value is None else delay_problem(value)
+            check = delay_problem if name == "due" else span_problem
+            problem = None if value is None else check(value)
             if problem is not None:
                 raise DelayError(
                     f"job {e.id}: {name}={value!r} {problem}; an envelope's due is a Unix "

@@ -14,7 +14,7 @@ import numbers
 
 from ._errors import DelayError
 
-__all__ = ["check_at", "check_delay", "delay_problem"]
+__all__ = ["MAX_SPAN", "check_at", "check_delay", "delay_problem", "span_problem"]
 
 _SECONDS = "a finite number of seconds >= 0 (an int or float, e.g. {name}=60)"
 _TIME = "a Unix time in seconds (e.g. time.time() + 60) or an aware datetime"
@@ -38,6 +38,19 @@ def delay_problem(value: object) -> str | None:
 
 
 _HUGE = 2**63
+
+#: The longest a store keeps something for a time (a result, a unique key): ten
+#: years. Stores count these in milliseconds, and Redis refuses a time to live
+#: that Lua writes in exponent form (1e+14), failing the script half-way.
+MAX_SPAN = 10 * 365 * 86400
+
+
+def span_problem(value: object) -> str | None:
+    """:func:`delay_problem` for a time something is kept, which may not pass ``MAX_SPAN``."""
+    problem = delay_problem(value)
+    if problem is None and value > MAX_SPAN:  # type: ignore[operator]  # a Real, checked
+        return f"is more than ten years ({MAX_SPAN:,} s)"
+    return problem
 
 
 def _number_problem(value: float) -> str | None:

@@ -12,7 +12,9 @@ import pytest
 
 import batchy
 from batchy.jobs import (
+    Backend,
     DeadJobError,
+    DelayError,
     Envelope,
     JobEvent,
     JobHook,
@@ -579,7 +581,6 @@ async def test_enqueue_from_code_without_an_event_loop(queue: Queue) -> None:
 
 
 async def test_one_jobs_bad_values_fail_that_job_never_the_round_trip(queue: Queue) -> None:
-    from batchy.jobs import Backend
 
     backend: Backend = queue.backend
     ids = [new_job_id() for _ in range(4)]
@@ -834,3 +835,29 @@ async def test_an_id_or_key_too_long_to_index_fails_its_enqueue_on_every_store(
         await index.options(**{field: "k" * 1001}).enqueue("x")
     assert "is 1,0" in str(info.value) and "bytes long" in str(info.value), str(info.value)
     assert "Keep it under 1,000 bytes (a hash of a long key, say)" in str(info.value)
+
+
+async def test_times_kept_past_ten_years_never_fail_a_round_trip_half_way(
+    backend: Backend,
+) -> None:
+    # Redis counts them in ms, Lua writes 1e15 s as "1e+18", SET ... PX refused it
+    # after the script had removed the job: done, its result lost, status unknown.
+    now = time.time()
+    await backend.push([Envelope("a", "default", "{}"), Envelope("b", "default", "{}")], now)
+    a, b = await backend.cycle([], ["default"], 2, "w", 30.0, now)
+    done = [
+        Outcome("a", "done", result='"ok-a"', keep=1e15, token=a.token),
+        Outcome("b", "done", result='"ok-b"', keep=60.0, token=b.token),
+    ]
+    assert (await backend.cycle(done, ["default"], 0, "w", 30.0, now)).refused == []
+    assert (await backend.status("a", now)).state in ("unknown", "done")  # not kept
+    assert (await backend.status("b", now)).result == '"ok-b"'
+    # A unique key's time to live is checked before anything is written: all or nothing.
+    first = Envelope("c", "default", "{}")
+    second = Envelope("d", "default", "{}", unique="u", unique_ttl=1e16)
+    with pytest.raises(DelayError, match="more than ten years"):
+        await backend.push([first, second], now)
+    assert (await backend.status("c", now)).state == "unknown"
+    # A queue name a store splits on (a TAB) stranded the job on a retry (Redis).
+    with pytest.raises(TextError, match="queue name 'emails\\\\turgent' is not valid"):
+        await backend.push([Envelope("e", "emails\turgent", "{}")], now)
