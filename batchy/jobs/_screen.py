@@ -49,12 +49,11 @@ def _screen(o: Outcome) -> Outcome:
                 o.keep,
             )
             return replace(o, keep=0.0, result=None)
-        if o.result is not None and text_problem(o.result) is not None:
+        result = o.result
+        problem = None if result is None else text_problem(result)
+        if problem is not None:
             log.warning(
-                "job %s: its result %r %s; it is kept as null",
-                o.id,
-                o.result[:200],
-                text_problem(o.result),
+                "job %s: its result %r %s; it is kept as null", o.id, str(result)[:200], problem
             )
             return replace(o, result=None)
     elif o.kind == "dead":
@@ -102,6 +101,29 @@ def _dead(o: Outcome, problem: str) -> Outcome:
     return replace(o, kind="dead", payload=o.payload or "", reason=reason, traceback="")
 
 
+def _check_text(job_id: str, field: str, text: object) -> None:
+    """Raise :class:`TextError` unless ``text`` is a str every store can keep and index."""
+    if not isinstance(text, str):
+        raise TextError(
+            f"job {job_id!r}: its {field} {text!r} is a {type(text).__name__}, not a str; "
+            "nothing was enqueued"
+        )
+    problem = text_problem(text)
+    if problem is not None:
+        raise TextError(
+            f"the {field} {text!r} of job {job_id} {problem}; the stores keep it as text, "
+            "which PostgreSQL holds without NUL and no store with a lone surrogate. Use text "
+            "without them (a file name's hex or percent-encoded form, say); nothing was enqueued"
+        )
+    size = len(text.encode()) if len(text) > MAX_TEXT // 4 else 0
+    if size > MAX_TEXT:
+        raise TextError(
+            f"the {field} {text[:60]!r}... of job {job_id[:60]} is {size:,} bytes long; the "
+            "stores index it, and a PostgreSQL index entry holds about 2,700 bytes at most. "
+            f"Keep it under {MAX_TEXT:,} bytes (a hash of a long key, say); nothing was enqueued"
+        )
+
+
 def check_envelopes(envelopes: Sequence[Envelope]) -> None:
     """Raise :class:`DelayError` if an envelope's due time or unique TTL is unusable,
     :class:`TextError` if its id, queue, ordering or unique key is text no store can keep."""
@@ -113,25 +135,8 @@ def check_envelopes(envelopes: Sequence[Envelope]) -> None:
                 "_-.: (stores keep it in separated fields); nothing was enqueued"
             )
         for name, text in (("id", e.id), ("queue", e.queue), ("key", e.key), ("unique", e.unique)):
-            if text is not None and not isinstance(text, str):
-                raise TextError(
-                    f"job {e.id!r}: its {_FIELDS[name]} {text!r} is a {type(text).__name__}, "
-                    "not a str; nothing was enqueued"
-                )
-            if text is not None and (problem := text_problem(text)) is not None:
-                raise TextError(
-                    f"the {_FIELDS[name]} {text!r} of job {e.id} {problem}; the stores keep it "
-                    "as text, which PostgreSQL holds without NUL and no store with a lone "
-                    "surrogate. Use text without them (a file name's hex or percent-encoded "
-                    "form, say); nothing was enqueued"
-                )
-            if text is not None and len(text) > MAX_TEXT // 4 and len(text.encode()) > MAX_TEXT:
-                raise TextError(
-                    f"the {_FIELDS[name]} {text[:60]!r}... of job {e.id[:60]} is "
-                    f"{len(text.encode()):,} bytes long; the stores index it, and a PostgreSQL "
-                    f"index entry holds about 2,700 bytes at most. Keep it under {MAX_TEXT:,} "
-                    "bytes (a hash of a long key, say); nothing was enqueued"
-                )
+            if text is not None:
+                _check_text(e.id, _FIELDS[name], text)
         if e.due is None and e.unique_ttl == 0.0:
             continue  # the defaults: no time to check
         for name, value in (("due", e.due), ("unique_ttl", e.unique_ttl)):
