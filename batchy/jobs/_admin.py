@@ -380,4 +380,9 @@ class Admin:
             hint = _FOR_WAITING
         if hint is None and state in ("done", "cancelled"):
             hint = "it has finished"
+        if state.startswith("dead and "):  # see Backend.refusals
+            hint = (
+                "its id was enqueued again; delete the dead entry "
+                "(`batchy dead delete {id}`), or retry it once that job has finished"
+            )
         return f": {hint.format(id=job_id)}" if hint else ""

@@ -91,7 +91,7 @@ import abc
 import asyncio
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -349,10 +349,28 @@ class Backend(abc.ABC):
         )
 
     @staticmethod
-    def refusals(found: Mapping[str, str], action: str, ids: Sequence[str]) -> dict[str, str]:
-        """For :meth:`act`: each id whose state (``found``, by id) ``action`` does not apply to."""
+    def refusals(
+        found: Mapping[str, str], action: str, ids: Sequence[str], dead: Collection[str] = ()
+    ) -> dict[str, str]:
+        """For :meth:`act`: each id whose state ``action`` does not apply to.
+
+        ``found`` gives the live jobs' states by id, ``dead`` the ids in the dead set.
+        An id can be both (a dead job's id enqueued anew): the dead set's actions
+        mean its dead entry, so ``delete_dead`` takes it, while ``retry_dead`` is
+        refused as ``"dead and <state>"`` (the retried job would replace the live one);
+        the other actions mean the live job.
+        """
         allowed = Backend.actions[action]
-        return {i: found.get(i, "unknown") for i in ids if found.get(i) not in allowed}
+        refused = {}
+        for i in ids:
+            state = found.get(i)
+            if i in dead and (state is None or action == "delete_dead"):
+                state = "dead"
+            elif i in dead and action == "retry_dead":
+                state = f"dead and {state}"
+            if state not in allowed:
+                refused[i] = state or "unknown"
+        return refused
 
     #: For stores: the opaque cursor of a ``state`` listing after a sort key, and back;
     #: a page cut from the jobs read, and one merged from several reads (per queue).

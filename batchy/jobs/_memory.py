@@ -385,8 +385,7 @@ class MemoryBackend(Backend):
     async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
         store_now = _clock.store_now()
         states = {i: state_of(j, self._keys, store_now) for i in ids if (j := self._jobs.get(i))}
-        states.update({i: "dead" for i in ids if i in self._dead})
-        refused = self.refusals(states, action, ids)
+        refused = self.refusals(states, action, ids, self._dead.keys())
         if refused:
             return refused
         if action == "retry_dead":

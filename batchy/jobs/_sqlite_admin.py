@@ -262,13 +262,13 @@ def act(
     transaction: the refused ids with their states, and the queues to wake."""
     states: dict[str, str] = {}
     queues: dict[str, str] = {}
+    dead: set[str] = set()
     for chunk in chunks(list(ids)):
         marks = ",".join("?" * len(chunk))
         for row in db.execute(f"{_JOB} WHERE id IN ({marks})", tuple(chunk)):
             states[row[0]], queues[row[0]] = _job(row, now, 0.0).state, row[1]
-        for (job_id,) in db.execute(f"SELECT id FROM dead WHERE id IN ({marks})", tuple(chunk)):
-            states.setdefault(job_id, "dead")
-    refused = Backend.refusals(states, action, ids)
+        dead.update(r[0] for r in db.execute(f"SELECT id FROM dead WHERE id IN ({marks})", chunk))
+    refused = Backend.refusals(states, action, ids, dead)
     if refused:
         return refused, set()
     woken = {queues[i] for i in ids if i in queues}

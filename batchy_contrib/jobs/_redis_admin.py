@@ -235,6 +235,11 @@ for i = 4, #ARGV do
   if not state and redis.call('EXISTS', p..'done:'..id, p..'result:'..id) > 0 then
     state = 'done'
   end
+  -- A dead job's id enqueued anew is both: Backend.refusals says which one an action means.
+  if state and state ~= 'dead' and redis.call('ZSCORE', p..'dead', id) then
+    if action == 'delete_dead' then state = 'dead'
+    elseif action == 'retry_dead' then state = 'dead and ' .. state end
+  end
   state = state or 'unknown'
   if not string.find(allowed, ',' .. state .. ',', 1, true) then
     refused[#refused+1] = id; refused[#refused+1] = state

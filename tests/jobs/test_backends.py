@@ -19,6 +19,7 @@ from batchy.jobs import (
     JobEvent,
     JobHook,
     JobNotFound,
+    JobStateError,
     NoRetry,
     Outcome,
     Queue,
@@ -816,6 +817,35 @@ async def test_retrying_every_dead_job_never_replaces_a_live_job_of_the_same_id(
     assert await queue.retry_dead() == 1  # its id is free again
     await drain(queue)
     assert ran == [(7, 1), (7, 2), (7, 1)]
+
+
+async def test_a_dead_entry_whose_id_is_live_again_is_deleted_by_id_and_its_retry_explained(
+    queue: Queue,
+) -> None:
+    # The id resolved to the live job first on SQLite, PostgreSQL and Redis, so
+    # `batchy dead delete sync-7` was refused ("job sync-7 is queued") and the dead
+    # entry could not be removed by id at all; the in-memory store reported a retry
+    # by id as done while it changed nothing.
+    @queue.job(retries=0)
+    async def sync_account(account: int, version: int) -> None:
+        if version == 1:
+            raise ValueError("version 1 is broken")
+
+    await sync_account.options(id="sync-7").enqueue(7, 1)
+    await drain(queue)
+    await sync_account.options(id="sync-7").enqueue(7, 2)  # the same id, live again
+    with pytest.raises(JobStateError) as refused:
+        await queue.retry_dead(["sync-7"])
+    assert "job sync-7 is dead and queued: its id was enqueued again" in str(refused.value)
+    assert "`batchy dead delete sync-7`" in str(refused.value)
+    assert [d.id for d in await queue.dead_jobs()] == ["sync-7"]  # nothing changed
+    assert await queue.delete_dead(["sync-7"]) == 1
+    assert await queue.dead_jobs() == []
+    assert (await queue.admin.job("sync-7")).state == "queued"  # the live job stays
+    with pytest.raises(JobStateError, match="job sync-7 is queued"):
+        await queue.delete_dead(["sync-7"])  # no dead entry left: the live job is not one
+    await drain(queue)
+    assert (await queue.admin.job("sync-7")).state == "done"
 
 
 @pytest.mark.parametrize("field", ["key", "id"])
