@@ -58,7 +58,7 @@ from ._model import (
 )
 from ._records import StoredJob
 from ._sqlite_admin import act, list_jobs, read_job, retry_dead, select_dead
-from ._sqlite_app import join_app_transaction
+from ._sqlite_app import join_app_transaction, stale_snapshot_noted
 from ._sqlite_counts import TABLE as COUNTS_TABLE
 from ._sqlite_counts import add_counts, read_counts
 from ._sqlite_lock import Transaction as _Transaction
@@ -170,7 +170,8 @@ class SQLiteBackend(Backend):
         # so a worker may see them only at its next poll_interval.
         self.check_envelopes(envelopes)
         join_app_transaction(self, self.file, connection)
-        pushed = insert_jobs(connection, envelopes, sent, _clock.store_now())
+        with stale_snapshot_noted(envelopes):
+            pushed = insert_jobs(connection, envelopes, sent, _clock.store_now())
         return self._pushed(envelopes, pushed)
 
     def _pushed(self, envelopes: Sequence[Envelope], pushed: list[bool]) -> list[bool]:

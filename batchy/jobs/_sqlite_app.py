@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ._errors import ConfigError
+from ._model import Envelope
 
-__all__ = ["join_app_transaction"]
+__all__ = ["join_app_transaction", "stale_snapshot_noted"]
+
+_BUSY_SNAPSHOT = 517  # SQLITE_BUSY_SNAPSHOT, an extended code sqlite3 does not name
 
 
 def join_app_transaction(store: object, path: str, connection: Any) -> None:
@@ -44,12 +49,36 @@ def join_app_transaction(store: object, path: str, connection: Any) -> None:
         raise ConfigError(
             f"{store!r}: connection={connection!r} is in autocommit mode with no transaction "
             "open, so the job would be committed at once, whatever your code does next; "
-            "open the transaction first (`connection.execute('BEGIN')`, or a connection "
+            "open the transaction first (`connection.execute('BEGIN IMMEDIATE')`, or a connection "
             "made without isolation_level=None), or leave out connection= to enqueue on "
             "its own; nothing was enqueued"
         )
     if not connection.in_transaction:
         connection.execute("BEGIN IMMEDIATE")
+
+
+@contextmanager
+def stale_snapshot_noted(envelopes: Sequence[Envelope]) -> Iterator[None]:
+    """Say why the application's transaction cannot write, when that is why it failed.
+
+    A transaction begun deferred (``BEGIN``, or sqlite3's implicit one after a
+    read) that read the file before another connection wrote to it may read on
+    but never write: SQLite fails its first write at once, as "database is
+    locked", whatever the wait. The error stays sqlite3's (an application may
+    retry on it); the note names the jobs and the fix.
+    """
+    try:
+        yield
+    except sqlite3.OperationalError as error:
+        if getattr(error, "sqlite_errorcode", None) == _BUSY_SNAPSHOT:
+            ids = ", ".join(e.id for e in envelopes[:3]) + (", ..." if len(envelopes) > 3 else "")
+            error.add_note(
+                f"nothing was enqueued (job id {ids}): the application's transaction began "
+                "deferred (BEGIN) and read the file before another connection wrote to it, so "
+                "SQLite lets it read on but never write; begin transactions that enqueue jobs "
+                "with BEGIN IMMEDIATE, then roll this one back and run it again"
+            )
+        raise
 
 
 def _text(value: object) -> str:

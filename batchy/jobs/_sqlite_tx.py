@@ -178,20 +178,25 @@ def entry_state(db: sqlite3.Connection, key: str | None) -> int:
     """A new row's state: blocked when its ordering key already has a job (the head)."""
     if key is None:
         return WAITING
-    busy = db.execute("SELECT 1 FROM jobs WHERE okey = ? LIMIT 1", (key,)).fetchone()
+    busy = db.execute("SELECT 1 FROM main.jobs WHERE okey = ? LIMIT 1", (key,)).fetchone()
     return WAITING if busy is None else BLOCKED
 
 
 def insert_jobs(
     db: sqlite3.Connection, envelopes: Sequence[Envelope], sent: float, now: float
 ) -> list[bool]:
-    """Insert new jobs (a unique key still held, or a known id, refuses one); which went in."""
+    """Insert new jobs (a unique key still held, or a known id, refuses one); which went in.
+
+    ``db`` may be the application's connection, whose TEMP tables SQLite looks in
+    before the file's: a temporary ``jobs`` would take the jobs and drop them with
+    the connection, so every table here is named in ``main``.
+    """
     pushed: list[bool] = []
     for env in envelopes:
         if env.unique is not None:
-            db.execute("DELETE FROM uniques WHERE key = ? AND expires <= ?", (env.unique, now))
+            db.execute("DELETE FROM main.uniques WHERE key = ? AND expires <= ?", (env.unique, now))
             cur = db.execute(
-                "INSERT OR IGNORE INTO uniques (key, expires) VALUES (?, ?)",
+                "INSERT OR IGNORE INTO main.uniques (key, expires) VALUES (?, ?)",
                 (env.unique, now + env.unique_ttl),
             )
             if cur.rowcount == 0:
@@ -199,13 +204,13 @@ def insert_jobs(
                 continue
         due = _clock.on_store(env.due, sent, now)
         cur = db.execute(
-            "INSERT OR IGNORE INTO jobs (id, queue, payload, due, okey, state) "
+            "INSERT OR IGNORE INTO main.jobs (id, queue, payload, due, okey, state) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             (env.id, env.queue, env.payload, due, env.key, entry_state(db, env.key)),
         )
         pushed.append(cur.rowcount == 1)
     db.executemany(
-        "INSERT OR IGNORE INTO queues (name) VALUES (?)", {(e.queue,) for e in envelopes}
+        "INSERT OR IGNORE INTO main.queues (name) VALUES (?)", {(e.queue,) for e in envelopes}
     )
     return pushed
 

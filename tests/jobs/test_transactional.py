@@ -172,7 +172,7 @@ async def test_an_autocommit_connection_outside_a_transaction_is_refused(tmp_pat
     assert rest == (
         f"{queue.backend!r}: connection={app!r} is in autocommit mode with no transaction "
         "open, so the job would be committed at once, whatever your code does next; open the "
-        "transaction first (`connection.execute('BEGIN')`, or a connection made without "
+        "transaction first (`connection.execute('BEGIN IMMEDIATE')`, or a connection made without "
         "isolation_level=None), or leave out connection= to enqueue on its own; nothing was "
         "enqueued"
     )
@@ -295,3 +295,43 @@ async def test_a_store_opened_on_a_relative_path_keeps_its_file_after_a_chdir(
     app.commit()
     app.close()
     assert (await handle.status()).state == "queued"
+
+
+async def test_a_temp_table_of_a_stores_name_on_the_apps_connection_does_not_take_the_job(
+    tmp_path: Path,
+) -> None:
+    # SQLite looks names up in temp before main: the job went into the app's TEMP
+    # table "jobs", the commit succeeded, and the job was gone without an error.
+    queue, seen, app = make(tmp_path / "app.db")
+    for table in ("jobs", "uniques", "queues"):
+        app.execute(f"CREATE TEMP TABLE {table} (id TEXT, key TEXT, name TEXT)")
+    app.execute("INSERT INTO orders VALUES (1, 'book')")
+    handle = await queue.jobs["ship"].options(connection=app).enqueue(1)
+    app.commit()
+    assert app.execute("SELECT count(*) FROM temp.jobs").fetchone() == (0,)
+    assert (await handle.status()).state == "queued"
+    await run_all(queue)
+    assert seen == ["book"]
+
+
+async def test_a_deferred_transaction_made_stale_by_another_writer_says_how_to_begin_it(
+    tmp_path: Path,
+) -> None:
+    # The store's own advice was a deferred BEGIN: after a read, any other write
+    # made the app's snapshot stale, and the enqueue failed with a bare
+    # "database is locked" that named neither the job nor the cause.
+    queue, _, _ = make(tmp_path / "app.db")
+    app = sqlite3.connect(tmp_path / "app.db", isolation_level=None)
+    app.execute("BEGIN")
+    app.execute("SELECT count(*) FROM orders").fetchone()
+    await queue.jobs["ship"].enqueue(1)  # another connection writes meanwhile
+    with pytest.raises(sqlite3.OperationalError) as error:
+        await queue.jobs["ship"].options(connection=app, id="ship-2").enqueue(2)
+    assert error.value.sqlite_errorcode == 517  # SQLITE_BUSY_SNAPSHOT: the type is sqlite3's
+    assert error.value.__notes__ == [
+        "nothing was enqueued (job id ship-2): the application's transaction began deferred "
+        "(BEGIN) and read the file before another connection wrote to it, so SQLite lets it "
+        "read on but never write; begin transactions that enqueue jobs with BEGIN IMMEDIATE, "
+        "then roll this one back and run it again"
+    ]
+    app.execute("ROLLBACK")
