@@ -199,11 +199,17 @@ BEGIN
     END LOOP;
   END IF;
   IF p_prune > 0 THEN
-    -- Expired rows go in batches: no cycle ever holds a long delete.
+    -- Expired rows go in batches: no cycle ever holds a long delete. A row another
+    -- transaction holds is left for a later prune: an expired unique key taken over
+    -- by a push in an application's open transaction held this turn's claims (and,
+    -- the process's turns being one at a time, every job of the process) until that
+    -- transaction ended.
     DELETE FROM {s}.results x WHERE x.ctid = ANY(ARRAY(
-      SELECT y.ctid FROM {s}.results y WHERE y.expires < t LIMIT p_prune));
+      SELECT y.ctid FROM {s}.results y WHERE y.expires < t LIMIT p_prune
+      FOR UPDATE SKIP LOCKED));
     DELETE FROM {s}.uniques x WHERE x.ctid = ANY(ARRAY(
-      SELECT y.ctid FROM {s}.uniques y WHERE y.expires < t LIMIT p_prune));
+      SELECT y.ctid FROM {s}.uniques y WHERE y.expires < t LIMIT p_prune
+      FOR UPDATE SKIP LOCKED));
     DELETE FROM {s}.workers x WHERE x.expires < t;
     DELETE FROM {s}.cancels x WHERE NOT EXISTS (  -- their claim ended some other way
       SELECT 1 FROM {s}.jobs j WHERE j.id = x.id AND j.token = x.token);

@@ -18,6 +18,7 @@ not change how it reads its own result.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -33,7 +34,7 @@ from .._pg_idle import server_ended
 from ._postgres_schema import Names, ensure_sync
 from ._postgres_sql import KEY_WAIT_SECONDS
 
-__all__ = ["PUSH", "PUSH_ONE", "PostgresPushing"]
+__all__ = ["PUSH", "PUSH_ONE", "SERVER_ID", "PostgresPushing", "first_text"]
 
 PUSH = (
     "SELECT {s}.push(%s::text[], %s::text[], %s::text[], %s::float8[], %s::text[], "
@@ -47,6 +48,23 @@ PUSH_ONE = (
     "ARRAY[%s::float8], ARRAY[%s]::text[], ARRAY[%s::float8], ARRAY[%s]::text[])"
 )
 _ADD_QUEUES = "INSERT INTO {s}.queues SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING"
+# Which server a connection reaches: two servers may each have a database of the
+# store's name (a staging copy, a restored dump) and even its schema, and a job
+# committed on the other one is never run. The cluster's system identifier stays
+# through restarts and physical failovers; where the function is not granted
+# (a hosted server may revoke it) the question goes unasked.
+_SERVER = (
+    "CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') "
+    "THEN (SELECT system_identifier::text FROM pg_control_system()) END"
+)
+SERVER_ID = f"SELECT {_SERVER}"
+# What a push in the app's transaction asks of it first, in one round trip: the
+# isolation level (a boolean too, for a client_encoding such as SQL_ASCII gives
+# text back as bytes) and the server.
+_PROBE = (
+    "SELECT current_setting('transaction_isolation'), current_setting("
+    f"'transaction_isolation') IN ('read committed', 'read uncommitted'), {_SERVER}"
+)
 
 
 class PostgresPushing:
@@ -59,6 +77,8 @@ class PostgresPushing:
     _sync_lock: threading.Lock
     _schema_ready: bool
     _database: str | None  # the database's name, once connected
+    _server: str | None  # its server's system identifier, once connected (if granted)
+    _vouched: weakref.WeakSet[Any]  # app connections found on that server
     _queues: set[str]  # queue names noted by this process
 
     async def pool(self) -> AsyncConnectionPool[Any]:
@@ -101,7 +121,7 @@ class PostgresPushing:
             with _keys_fit(self, envelopes, None):
                 return _pushed((await self._all(push, params))[0])
         await self.pool()  # the schema exists before the app's transaction uses it
-        async with await app_cursor(self, connection, self._database, _keyed(envelopes)) as cur:
+        async with await app_cursor(self, connection, _keyed(envelopes)) as cur:
             await self._add_queues(envelopes)
             with _keys_fit(self, envelopes, connection):
                 await cur.execute(push, params)
@@ -134,7 +154,7 @@ class PostgresPushing:
             if connection is None:
                 with _keys_fit(self, envelopes, None):
                     return _pushed(own.execute(push, params).fetchone())
-            cursor = app_cursor_sync(self, connection, self._database, _keyed(envelopes))
+            cursor = app_cursor_sync(self, connection, _keyed(envelopes))
             new = self._new_queues(envelopes)
             if new:  # as _add_queues
                 own.execute(self.names.sql(_ADD_QUEUES), (new,))
@@ -160,6 +180,7 @@ class PostgresPushing:
                 conn.close()  # the next push opens another and checks the schema again
                 raise
             self._sync, self._database = conn, conn.info.dbname
+            self._server = first_text(conn.execute(SERVER_ID).fetchone())
         return self._sync
 
 
@@ -185,14 +206,41 @@ def _keys_fit(store: object, envelopes: Sequence[Envelope], connection: object) 
         yield
     except psycopg.errors.LockNotAvailable as error:
         keys = sorted({e.key for e in envelopes if e.key is not None})
-        if not keys:
-            raise
+        if not keys or "lock_keys" not in (error.diag.context or ""):
+            # A row, not a key: another transaction inserted a job of one of these
+            # ids (or took one of their unique keys) and has not ended.
+            ids = _listed([e.id for e in envelopes])
+            raise ConfigError(
+                f"{store!r}: another open transaction is enqueueing a job with one of these "
+                f"ids or unique keys (job id {ids}) and has not ended after "
+                f"{KEY_WAIT_SECONDS} s. If that transaction is your own, enqueue in it "
+                "(connection=...); otherwise the id is taken once it commits. "
+                f"{_aborted(connection).capitalize()}"
+            ) from error
         raise ConfigError(
             f"{store!r}: {_shown(keys)} stayed held by another open transaction for "
             f"{KEY_WAIT_SECONDS} s: one that enqueued a job with such a key and has not "
             "ended. If that transaction is your own, enqueue in it (connection=...): "
             "this push waited for it, and it cannot end until the push returns; "
             f"{_aborted(connection)}"
+        ) from error
+    except psycopg.errors.DeadlockDetected as error:
+        keys = sorted({e.key for e in envelopes if e.key is not None})
+        if keys:  # the driver's error stays (an application may retry on it)
+            error.add_note(
+                f"{store!r}: this transaction and another both enqueued jobs with ordering keys "
+                f"({_listed(keys)} here), in opposite orders; enqueue a transaction's keyed jobs "
+                "in one enqueue_many (it takes their keys in one order), or in a fixed order"
+            )
+        raise
+    except UnicodeEncodeError as error:  # before anything was sent
+        encoding = getattr(getattr(connection, "info", None), "encoding", "?")
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} uses client_encoding {encoding!r}, which "
+            f"cannot carry {error.object[error.start : error.end]!r} of job id "
+            f"{_listed([e.id for e in envelopes])} (or of its arguments); enqueue through a "
+            "connection with client_encoding 'UTF8', or leave out connection=; nothing was "
+            "enqueued"
         ) from error
     except psycopg.errors.OutOfMemory as error:
         keys = sorted({e.key for e in envelopes if e.key is not None})
@@ -228,50 +276,109 @@ def _aborted(connection: object) -> str:
 
 
 async def app_cursor(
-    store: object, connection: Any, database: str | None, keyed: bool
+    store: PostgresPushing, connection: Any, keyed: bool
 ) -> psycopg.AsyncCursor[tuple[Any, ...]]:
     """A cursor on ``connection`` for ``store``'s push, after the checks above."""
-    _check(store, connection, psycopg.AsyncConnection, database)
+    _check(store, connection, psycopg.AsyncConnection)
     cursor = psycopg.AsyncCursor(connection, row_factory=tuple_row)
-    if keyed:
+    if keyed or _unvouched(store, connection):
         idle = connection.info.transaction_status == TransactionStatus.IDLE
-        await cursor.execute("SHOW transaction_isolation")
         try:
-            _check_isolation(store, connection, await cursor.fetchone())
-        except ConfigError:
+            await cursor.execute(_PROBE)
+            row = await cursor.fetchone()
+            if _other_server(store, row):  # or the store's moved: ask its own connection
+                async with (await store.pool()).connection() as own:
+                    store._server = first_text(await (await own.execute(SERVER_ID)).fetchone())
+            _judge(store, connection, keyed, row)
+        except BaseException as error:
             await cursor.close()
-            if idle:  # the SHOW began the transaction: end it, as it was before
+            if idle and isinstance(error, ConfigError):  # the probe began it: as it was
                 await connection.rollback()
             raise
     return cursor
 
 
 def app_cursor_sync(
-    store: object, connection: Any, database: str | None, keyed: bool
+    store: PostgresPushing, connection: Any, keyed: bool
 ) -> psycopg.Cursor[tuple[Any, ...]]:
-    """:func:`app_cursor` for ``push_sync``."""
-    _check(store, connection, psycopg.Connection, database)
+    """:func:`app_cursor` for ``push_sync`` (holding the store's ``_sync_lock``)."""
+    _check(store, connection, psycopg.Connection)
     cursor = psycopg.Cursor(connection, row_factory=tuple_row)
-    if keyed:
+    if keyed or _unvouched(store, connection):
         idle = connection.info.transaction_status == TransactionStatus.IDLE
-        cursor.execute("SHOW transaction_isolation")
         try:
-            _check_isolation(store, connection, cursor.fetchone())
-        except ConfigError:
+            cursor.execute(_PROBE)
+            row = cursor.fetchone()
+            if _other_server(store, row):  # as app_cursor
+                own = store._sync_connection()
+                store._server = first_text(own.execute(SERVER_ID).fetchone())
+            _judge(store, connection, keyed, row)
+        except BaseException as error:
             cursor.close()
-            if idle:  # as app_cursor
+            if idle and isinstance(error, ConfigError):
                 connection.rollback()
             raise
     return cursor
+
+
+def first_text(row: tuple[Any, ...] | None) -> Any:
+    """A row's first value, as text where a client_encoding (SQL_ASCII) gave bytes."""
+    value = row[0] if row else None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _unvouched(store: PostgresPushing, connection: Any) -> bool:
+    return store._server is not None and connection not in store._vouched
+
+
+def _other_server(store: PostgresPushing, row: tuple[Any, ...] | None) -> bool:
+    theirs = first_text(row[2:]) if row else None
+    return None not in (theirs, store._server) and theirs != store._server
+
+
+def _judge(
+    store: PostgresPushing, connection: Any, keyed: bool, row: tuple[Any, ...] | None
+) -> None:
+    """Refuse ``connection`` (after :data:`_PROBE` gave ``row``) if the push cannot join it."""
+    level, committed = first_text(row), bool(row and row[1])
+    if _other_server(store, row):
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} reaches another PostgreSQL server (system "
+            f"identifier {first_text(row[2:] if row else None)}) than this store's "
+            f"({store._server}), though both have a database {store._database!r}; the job "
+            "would be written where no worker of this store looks: enqueue through a "
+            "connection to the store's server, or leave out connection=; nothing was enqueued"
+        )
+    store._vouched.add(connection)
+    # PostgreSQL runs READ UNCOMMITTED as READ COMMITTED.
+    if keyed and not committed:
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} runs its transaction at isolation level "
+            f"{level!r}; jobs with an ordering key (key=...) keep their order only when "
+            "enqueued under READ COMMITTED (an older snapshot may miss the key's newest job "
+            "and start a second head); enqueue keyed jobs from a READ COMMITTED "
+            "transaction, or leave out connection=; nothing was enqueued"
+        )
 
 
 _Kind = type[psycopg.Connection[Any]] | type[psycopg.AsyncConnection[Any]]
 _IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 
-def _check(store: object, connection: Any, kind: _Kind, database: str | None) -> None:
+def _check(store: PostgresPushing, connection: Any, kind: _Kind) -> None:
     if not isinstance(connection, kind):
         raise ConfigError(f"{store!r}: connection={connection!r} {_wrong_kind(connection, kind)}")
+    if connection.closed:
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} is closed; enqueue through the open "
+            "connection your transaction runs on; nothing was enqueued"
+        )
+    if connection.info.transaction_status == TransactionStatus.INERROR:
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} is in a transaction that an earlier "
+            "statement's error aborted, so nothing it writes can commit; roll it back "
+            "and enqueue in the transaction that runs again; nothing was enqueued"
+        )
     # In autocommit mode only a transaction block that has begun makes the push
     # part of something; a query in progress (pipeline mode, another task on the
     # connection) hides whether one has, so that is refused too.
@@ -283,7 +390,7 @@ def _check(store: object, connection: Any, kind: _Kind, database: str | None) ->
             "`with conn.transaction():`, outside a pipeline block), or leave out "
             "connection= to enqueue on its own; nothing was enqueued"
         )
-    theirs = connection.info.dbname
+    theirs, database = connection.info.dbname, store._database
     if database is not None and theirs != database:
         raise ConfigError(
             f"{store!r}: connection={connection!r} is connected to database {theirs!r}, but "
@@ -312,16 +419,3 @@ def _wrong_kind(connection: Any, kind: _Kind) -> str:
         "Connection to enqueue_sync(...)), not a pool, cursor or other driver's connection; "
         "nothing was enqueued"
     )
-
-
-def _check_isolation(store: object, connection: Any, row: tuple[Any, ...] | None) -> None:
-    level = row[0] if row else None
-    # PostgreSQL runs READ UNCOMMITTED as READ COMMITTED.
-    if level not in ("read committed", "read uncommitted"):
-        raise ConfigError(
-            f"{store!r}: connection={connection!r} runs its transaction at isolation level "
-            f"{level!r}; jobs with an ordering key (key=...) keep their order only when "
-            "enqueued under READ COMMITTED (an older snapshot may miss the key's newest job "
-            "and start a second head); enqueue keyed jobs from a READ COMMITTED "
-            "transaction, or leave out connection=; nothing was enqueued"
-        )

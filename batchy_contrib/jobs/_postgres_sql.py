@@ -23,7 +23,7 @@ from ._postgres_cycle import ADVANCE, CYCLE, HEARTBEAT
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 11
+VERSION = 12
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -305,4 +305,5 @@ MIGRATIONS: dict[int, str] = {
     8: _CLAIMS_BY_TOKEN + KEY_LOCKS + CYCLE + HEARTBEAT + ADVANCE,
     9: CYCLE + HEARTBEAT + ADVANCE + _NO_SCANS,
     10: HEARTBEAT + RETRY_DEAD + _KEY_WAIT,
+    11: CYCLE,  # version 12: the prune skips rows another transaction holds
 }

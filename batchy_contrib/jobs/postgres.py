@@ -38,6 +38,7 @@ import contextlib
 import math
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,7 +67,7 @@ from . import _postgres_runs as _runs
 from ._postgres_admin import PostgresOperating
 from ._postgres_later import PutOff
 from ._postgres_listen import Listener
-from ._postgres_push import PUSH, PUSH_ONE, PostgresPushing
+from ._postgres_push import PUSH, PUSH_ONE, SERVER_ID, PostgresPushing, first_text
 from ._postgres_schema import MigrationTimeout, Names, SchemaVersionError, ensure_async
 
 __all__ = ["MigrationTimeout", "PostgresBackend", "SchemaVersionError"]
@@ -152,6 +153,8 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         self._sync_lock = threading.Lock()
         self._schema_ready = False
         self._database: str | None = None  # the database's name, once connected
+        self._server: str | None = None  # and its server's identity (see _postgres_push)
+        self._vouched: weakref.WeakSet[Any] = weakref.WeakSet()
         self._queues: set[str] = set()  # queue names noted by this process
         # Outcomes whose key a transaction held; their hand-ins keep half the pool free.
         self._put_off = PutOff(self._hand_in, self.pool_size // 2)
@@ -229,6 +232,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         try:
             async with await self._connect() as conn:
                 self._database = conn.info.dbname
+                self._server = first_text(await (await conn.execute(SERVER_ID)).fetchone())
                 if not self._schema_ready:
                     await ensure_async(conn, self.names)
                     self._schema_ready = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 
@@ -844,3 +845,176 @@ async def test_an_operators_action_on_a_key_an_open_transaction_holds_fails_with
         "that key, most likely; nothing changed. Try again once it has ended"
     )
     assert await queue.admin.delete(first.id) == 1  # once it has ended
+
+
+async def test_a_connection_to_another_server_with_a_database_of_the_same_name_is_refused(
+    store: PostgresBackend, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the database's name was compared: a connection to another server with a
+    # database "test" and the store's schema (a staging copy, a restored dump) took
+    # the job, which committed there and never ran. Here the store is told its
+    # server is another one; it asks its own connection again before refusing.
+    await store.pool()
+    real = store._server
+    assert real is not None and real.isdigit()  # the cluster's system identifier
+    store._server = "1"  # as if its connection reached another cluster
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        assert await store.push([job()], time.time(), connection=conn) == [True]  # asked again
+        await conn.rollback()
+        assert store._server == real
+    from batchy_contrib.jobs import _postgres_push
+
+    monkeypatch.setattr(_postgres_push, "SERVER_ID", "SELECT '1'")  # the store's server says 1
+    store._vouched.clear()
+    for connect in (psycopg.AsyncConnection.connect, psycopg.Connection.connect):
+        connection = connect(postgres_dsn)
+        conn = await connection if asyncio.iscoroutine(connection) else connection
+        store._server = "1"
+        with pytest.raises(ConfigError) as error:
+            if isinstance(conn, psycopg.AsyncConnection):
+                await store.push([job()], time.time(), connection=conn)
+            else:
+                store.push_sync([job()], time.time(), connection=conn)
+        assert conn.info.transaction_status == TransactionStatus.IDLE  # as it was
+        assert str(error.value).startswith(f"{store!r}: connection=<psycopg.")
+        assert str(error.value).endswith(
+            f"> reaches another PostgreSQL server (system "
+            f"identifier {real}) than this store's (1), though both have a database "
+            f"{store._database!r}; the job would be written where no worker of this store "
+            "looks: enqueue through a connection to the store's server, or leave out "
+            "connection=; nothing was enqueued"
+        )
+        await conn.close() if isinstance(conn, psycopg.AsyncConnection) else conn.close()
+    assert await _count(store) == 0
+
+
+async def test_an_aborted_or_closed_connection_is_refused_with_the_reason(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    # A raw InFailedSqlTransaction (the blocking keyed path also left its cursor
+    # open), and a closed autocommit connection was said to be in autocommit mode.
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await conn.execute("SELECT 1 / 0")
+        with pytest.raises(ConfigError) as error:
+            await store.push([job()], time.time(), connection=conn)
+        assert str(error.value) == (
+            f"{store!r}: connection={conn!r} is in a transaction that an earlier statement's "
+            "error aborted, so nothing it writes can commit; roll it back and enqueue in the "
+            "transaction that runs again; nothing was enqueued"
+        )
+    sync = psycopg.connect(postgres_dsn, autocommit=True)
+    sync.close()
+    with pytest.raises(ConfigError) as error:
+        store.push_sync([job()], time.time(), connection=sync)
+    assert str(error.value) == (
+        f"{store!r}: connection={sync!r} is closed; enqueue through the open connection your "
+        "transaction runs on; nothing was enqueued"
+    )
+
+
+async def test_keyed_jobs_in_a_transaction_under_client_encoding_sql_ascii_are_taken(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    # psycopg gives text as bytes under SQL_ASCII: the isolation level read as
+    # b'read committed' was refused as not READ COMMITTED, by a message that said it was.
+    keyed = Envelope(uuid.uuid4().hex, "default", job().payload, key="account-7")
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        await conn.execute("SET client_encoding TO 'SQL_ASCII'")
+        assert await store.push([keyed], time.time(), connection=conn) == [True]
+        await conn.commit()
+    assert (await store.status(keyed.id, time.time())).state == "queued"
+
+
+async def test_an_id_the_connections_encoding_cannot_carry_is_refused_by_name(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    env = Envelope("order-\u20ac5", "default", job().payload)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        await conn.execute("SET client_encoding TO 'LATIN1'")
+        with pytest.raises(ConfigError) as error:
+            await store.push([env], time.time(), connection=conn)
+        assert str(error.value) == (
+            f"{store!r}: connection={conn!r} uses client_encoding 'iso8859-1', which cannot "
+            "carry '\u20ac' of job id 'order-\u20ac5' (or of its arguments); enqueue through a "
+            "connection with client_encoding 'UTF8', or leave out connection=; nothing was "
+            "enqueued"
+        )
+        await conn.rollback()
+    assert await store.push([env], time.time()) == [True]  # the store's own connection: UTF8
+
+
+async def test_an_id_another_open_transaction_is_enqueueing_fails_with_the_reason(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    # A second request enqueueing the same options(id=...) as an open transaction
+    # got a bare LockNotAvailable after 10 s, which named neither the id nor the fix.
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:  # the test's patience
+        admin.execute(f"ALTER FUNCTION {store.names.quoted}.push(text[], text[], text[], "
+                      "float8[], text[], float8[], text[]) SET lock_timeout = '300ms'")  # fmt: skip
+    env = Envelope("welcome-42", "default", job().payload)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        async with conn.transaction():
+            await store.push([env], time.time(), connection=conn)
+            with pytest.raises(ConfigError) as error:
+                await store.push([env], time.time())
+    assert str(error.value) == (
+        f"{store!r}: another open transaction is enqueueing a job with one of these ids or "
+        "unique keys (job id 'welcome-42') and has not ended after 10 s. If that transaction "
+        "is your own, enqueue in it (connection=...); otherwise the id is taken once it "
+        "commits. Nothing was enqueued"
+    )
+    assert await store.push([env], time.time()) == [False]  # committed: the id is taken
+
+
+async def test_keyed_enqueues_in_opposite_orders_deadlock_with_a_note_on_the_fix(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    def keyed(key: str) -> Envelope:
+        return Envelope(uuid.uuid4().hex, "default", job().payload, key=key)
+
+    async with (
+        await psycopg.AsyncConnection.connect(postgres_dsn) as one,
+        await psycopg.AsyncConnection.connect(postgres_dsn) as two,
+    ):
+        await store.push([keyed("a")], time.time(), connection=one)
+        await store.push([keyed("b")], time.time(), connection=two)
+        results = await asyncio.gather(
+            store.push([keyed("b")], time.time(), connection=one),
+            store.push([keyed("a")], time.time(), connection=two),
+            return_exceptions=True,
+        )
+        await one.rollback()
+        await two.rollback()
+    (deadlock,) = [r for r in results if isinstance(r, BaseException)]
+    assert isinstance(deadlock, psycopg.errors.DeadlockDetected)  # the driver's, to retry on
+    assert deadlock.__notes__[-1].endswith(
+        "in opposite orders; enqueue a transaction's keyed jobs in one enqueue_many (it takes "
+        "their keys in one order), or in a fixed order"
+    )
+
+
+async def test_a_unique_key_an_open_transaction_took_over_does_not_hold_the_workers_turns(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    # The prune waited for the unique key's row: the turn, its claims and (turns
+    # being one at a time per process) every job of the process waited for the
+    # application's transaction to end.
+    def unique(ttl: float) -> Envelope:
+        return Envelope(
+            uuid.uuid4().hex, "default", job().payload, unique="nightly", unique_ttl=ttl
+        )
+
+    assert await store.push([unique(0.01)], time.time()) == [True]
+    await asyncio.sleep(0.05)  # expired, not pruned yet
+    ready = job()
+    assert await store.push([ready], time.time()) == [True]
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        # The app's transaction takes over the expired key: its row stays locked.
+        assert await store.push([unique(60)], time.time(), connection=conn) == [True]
+        store._pruned = -math.inf  # this turn prunes
+        claims = await asyncio.wait_for(
+            store.cycle([], ["default"], 10, "w1", 30.0, time.time()), 5
+        )
+        assert ready.id in [c.id for c in claims]
+        await conn.rollback()
