@@ -68,7 +68,7 @@ def _parse_field(text: str, name: str, lo: int, hi: int, expr: str) -> frozenset
             start, stop = (int(a), int(b)) if _digits(a) and _digits(b) else (-1, -1)
         elif _digits(part):
             start = stop = int(part)
-            if step != 1:
+            if "/" in item:  # N/S: from N to the highest value, every S (N/1 too)
                 stop = hi
         else:
             start, stop = -1, -1

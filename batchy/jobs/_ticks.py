@@ -1,7 +1,10 @@
 """Periodic ticks on one worker: when each periodic job is next due, and the envelopes of due ones.
 
 Every worker keeps this schedule; the store accepts each tick once across all of
-them, because a tick's envelope carries a unique key (job name + tick time).
+them, because a tick's envelope carries a unique key (job name + tick time). A
+tick whose push fails is pushed again until the store takes it (the unique key
+keeps a push that did land from landing twice), so an outage at a tick makes it
+late, never lost.
 """
 
 from __future__ import annotations
@@ -10,14 +13,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._cron import Schedule
+from ._errors import JobError
+from ._hooks import log
 from ._job import JobType
 from ._model import Envelope, Message, encode
 from ._serializer import Serializer
+from ._times import MAX_SPAN
 
 if TYPE_CHECKING:
     from ._backend import Backend
 
 __all__ = ["PeriodicLike", "Ticks"]
+
+#: Seconds between tries of a tick whose push failed.
+RETRY = 1.0
 
 
 class PeriodicLike(Protocol):
@@ -36,10 +45,13 @@ class Ticks:
         self.periodics = periodics
         self.serializer = serializer
         self._next: dict[str, float] = {}
+        self._after: dict[str, float] = {}  # the next ticks once the due ones are pushed
+        self._retry_at = 0.0
 
     def next_at(self) -> float | None:
         """The Unix time of the earliest next tick, None before the first look (or none)."""
-        return min(self._next.values(), default=None)
+        earliest = min(self._next.values(), default=None)
+        return None if earliest is None else max(earliest, self._retry_at)
 
     def due(self, now: float) -> list[tuple[Message, Envelope]]:
         """The jobs of the ticks due at ``now``; the first look only sets the schedule.
@@ -48,6 +60,8 @@ class Ticks:
         several ticks enqueues only the latest.
         """
         envelopes: list[tuple[Message, Envelope]] = []
+        if now < self._retry_at:
+            return envelopes
         for periodic in self.periodics:
             name = periodic.job.name
             due = self._next.get(name)
@@ -62,15 +76,17 @@ class Ticks:
                 if following > now or following <= tick:
                     break
                 tick = following
-            self._next[name] = periodic.schedule.next_after(tick)
+            self._after[name] = periodic.schedule.next_after(tick)
             message = periodic.job.call().message(now)
-            interval = periodic.schedule.next_after(tick) - tick
+            interval = self._after[name] - tick
             envelope = Envelope(
                 message.id,
                 message.queue,
                 encode(message, self.serializer),
                 unique=f"periodic:{name}:{tick:.6f}",
-                unique_ttl=max(3600.0, 3 * interval),
+                # Long past any push of this tick; capped, since the stores keep
+                # nothing past ten years (a yearly 29 February is four apart).
+                unique_ttl=min(float(MAX_SPAN), max(3600.0, 3 * interval)),
             )
             envelopes.append((message, envelope))
         return envelopes
@@ -89,11 +105,22 @@ class Ticks:
         if due:
             try:
                 pushed = await bounded(backend.push([e for _, e in due], now))
+            except JobError as error:  # refused, not failed: trying again cannot help
+                log.error("periodic jobs %s: ticks not enqueued: %s", _names(due), error)
             except Exception as error:
+                self._after.clear()  # the same ticks again, after a pause
+                self._retry_at = now + RETRY
                 failed(error)
                 return
-            # Every worker pushes each tick and the store keeps one: only the worker
-            # whose push was kept tells the hooks (one enqueue counted, one span).
-            for (message, _), kept in zip(due, pushed, strict=True):
-                if kept:
-                    announce(message)
+            else:
+                # Every worker pushes each tick and the store keeps one: only the worker
+                # whose push was kept tells the hooks (one enqueue counted, one span).
+                for (message, _), kept in zip(due, pushed, strict=True):
+                    if kept:
+                        announce(message)
+            self._next.update(self._after)
+            self._after.clear()
+
+
+def _names(due: Sequence[tuple[Message, Envelope]]) -> str:
+    return ", ".join(repr(message.job) for message, _ in due)
