@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from batchy.jobs import ConfigError, Envelope
 
@@ -73,7 +73,8 @@ class PostgresPushing:
     names: Names
     dsn: str
     _sql: dict[str, str]
-    _sync: psycopg.Connection[Any] | None
+    _sync: ConnectionPool[Any] | None
+    pool_size: int
     _sync_lock: threading.Lock
     _schema_ready: bool
     _database: str | None  # the database's name, once connected
@@ -149,16 +150,16 @@ class PostgresPushing:
     ) -> list[bool]:
         """``push`` for code without an event loop, on a blocking connection of its own."""
         push, params = self._push_call(envelopes, now)
-        with self._sync_lock:
-            own = self._sync_connection()  # also: the schema exists before the app uses it
-            if connection is None:
-                with _keys_fit(self, envelopes, None):
-                    return _pushed(own.execute(push, params).fetchone())
-            cursor = app_cursor_sync(self, connection, _keyed(envelopes))
-            new = self._new_queues(envelopes)
-            if new:  # as _add_queues
+        pool = self._sync_pool()  # also: the schema exists before the app uses it
+        if connection is None:
+            with pool.connection() as own, _keys_fit(self, envelopes, None):
+                return _pushed(own.execute(push, params).fetchone())
+        cursor = app_cursor_sync(self, connection, _keyed(envelopes))
+        new = self._new_queues(envelopes)
+        if new:  # as _add_queues
+            with pool.connection() as own:
                 own.execute(self.names.sql(_ADD_QUEUES), (new,))
-                self._queues.update(new)
+            self._queues.update(new)
         with cursor, _keys_fit(self, envelopes, connection):
             cursor.execute(push, params)
             return _pushed(cursor.fetchone())
@@ -166,22 +167,42 @@ class PostgresPushing:
     def _new_queues(self, envelopes: Sequence[Envelope]) -> list[str]:
         return sorted({e.queue for e in envelopes} - self._queues)
 
-    def _sync_connection(self) -> psycopg.Connection[Any]:
-        """The blocking connection, made on first use (call it holding ``_sync_lock``)."""
-        if self._sync is not None and not self._sync.closed and server_ended(self._sync):
-            self._sync.close()  # the server ended it while idle (a restart, a failover)
-        if self._sync is None or self._sync.closed:
-            conn = psycopg.connect(self.dsn, autocommit=True)
-            try:
+    def _sync_pool(self) -> ConnectionPool[Any]:
+        """The blocking connections, a pool made on first use.
+
+        A pool, not one connection: a push may wait up to KEY_WAIT for an ordering
+        key an open transaction holds, and the other threads' pushes go on meanwhile.
+        """
+        with self._sync_lock:
+            if self._sync is not None:
+                return self._sync
+
+            def still_open(conn: psycopg.Connection[Any]) -> None:
+                if server_ended(conn):  # a restart, a failover: not handed out
+                    conn.close()
+                    raise psycopg.OperationalError("the server ended this connection while idle")
+
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
                 if not self._schema_ready:
                     ensure_sync(conn, self.names)
                     self._schema_ready = True
+                self._database = conn.info.dbname
+                self._server = first_text(conn.execute(SERVER_ID).fetchone())
+            pool: ConnectionPool[Any] = ConnectionPool(
+                self.dsn,
+                min_size=1,
+                max_size=self.pool_size,
+                kwargs={"autocommit": True},
+                check=still_open,
+                open=False,
+            )
+            try:
+                pool.open(wait=True)
             except BaseException:
-                conn.close()  # the next push opens another and checks the schema again
+                pool.close()
                 raise
-            self._sync, self._database = conn, conn.info.dbname
-            self._server = first_text(conn.execute(SERVER_ID).fetchone())
-        return self._sync
+            self._sync = pool
+            return pool
 
 
 def _pushed(row: Any) -> list[bool]:
@@ -301,7 +322,7 @@ async def app_cursor(
 def app_cursor_sync(
     store: PostgresPushing, connection: Any, keyed: bool
 ) -> psycopg.Cursor[tuple[Any, ...]]:
-    """:func:`app_cursor` for ``push_sync`` (holding the store's ``_sync_lock``)."""
+    """:func:`app_cursor` for ``push_sync``."""
     _check(store, connection, psycopg.Connection)
     cursor = psycopg.Cursor(connection, row_factory=tuple_row)
     if keyed or _unvouched(store, connection):
@@ -310,8 +331,8 @@ def app_cursor_sync(
             cursor.execute(_PROBE)
             row = cursor.fetchone()
             if _other_server(store, row):  # as app_cursor
-                own = store._sync_connection()
-                store._server = first_text(own.execute(SERVER_ID).fetchone())
+                with store._sync_pool().connection() as own:
+                    store._server = first_text(own.execute(SERVER_ID).fetchone())
             _judge(store, connection, keyed, row)
         except BaseException as error:
             cursor.close()

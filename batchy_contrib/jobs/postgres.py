@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from batchy.jobs import (
     DEAD_MAX,
@@ -149,7 +149,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         self._pruned = -math.inf
         self._own: set[int] = set()  # server pids of the pool's connections
         self._cycling = asyncio.Lock()  # made again for each event loop (see pool())
-        self._sync: psycopg.Connection[Any] | None = None  # push_sync's connection
+        self._sync: ConnectionPool[Any] | None = None  # push_sync's connections
         self._sync_lock = threading.Lock()
         self._schema_ready = False
         self._database: str | None = None  # the database's name, once connected

@@ -1018,3 +1018,26 @@ async def test_a_unique_key_an_open_transaction_took_over_does_not_hold_the_work
         )
         assert ready.id in [c.id for c in claims]
         await conn.rollback()
+
+
+async def test_a_blocking_enqueue_waiting_for_a_key_does_not_hold_up_other_threads(
+    store: PostgresBackend, postgres_dsn: str
+) -> None:
+    # Every enqueue_sync without connection= ran on one shared connection under a
+    # lock: a request waiting for a key held by an open transaction (up to 10 s)
+    # held up every other thread's enqueue, keyed or not, just as long.
+    def keyed(key: str) -> Envelope:
+        return Envelope(uuid.uuid4().hex, "default", job().payload, key=key)
+
+    store.push_sync([job()], time.time())  # the blocking side is open
+    with psycopg.connect(postgres_dsn) as holder:
+        store.push_sync([keyed("account-7")], time.time(), connection=holder)  # holds the key
+        waiting = asyncio.create_task(
+            asyncio.to_thread(store.push_sync, [keyed("account-7")], time.time())
+        )
+        await asyncio.sleep(0.3)  # it waits for the key now
+        assert not waiting.done()
+        await asyncio.to_thread(store.push_sync, [job()], time.time())
+        assert not waiting.done()  # this one went past it: the key is still held
+        holder.rollback()
+        assert await asyncio.wait_for(waiting, 10) == [True]
