@@ -23,10 +23,13 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
 from batchy.jobs import ConfigError, JobError, Queue, Worker
 from batchy.jobs.cli import COMMANDS, add_commands
+
+T = TypeVar("T")
 
 __all__ = ["load_app", "main"]
 
@@ -167,9 +170,23 @@ async def _worker(args: argparse.Namespace) -> int:
 async def _operate(args: argparse.Namespace) -> int:
     queue = load_app(args.app)
     try:
-        return await COMMANDS[args.command](queue, args)
+        return await _reaching(queue, COMMANDS[args.command](queue, args))
     finally:
         await queue.close()
+
+
+async def _reaching(queue: Queue, command: Awaitable[T]) -> T:
+    """``command``, with a store it cannot reach said in one line (ConfigError), not a traceback."""
+    try:
+        return await command
+    except Exception as error:
+        if not queue.backend.unreachable(error):
+            raise
+        said = " ".join(str(error).split())  # libpq's messages span lines
+        raise ConfigError(
+            f"cannot reach {queue.admin.store}: {type(error).__name__}: {said}; check that "
+            "the server is up and that the app's address (DSN or URL) points at it"
+        ) from error
 
 
 async def _enqueue(args: argparse.Namespace) -> int:
@@ -190,7 +207,7 @@ async def _enqueue(args: argparse.Namespace) -> int:
         ) from error
     try:
         options = job.options(delay=args.delay, queue=args.queue, key=args.key)
-        handle = await options.enqueue(*values, **kwargs)
+        handle = await _reaching(queue, options.enqueue(*values, **kwargs))
     finally:
         await queue.close()
     print(f"store: {queue.admin.store}", file=sys.stderr)  # stdout: the id, for scripts

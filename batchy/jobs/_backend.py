@@ -305,6 +305,11 @@ class Backend(abc.ABC):
         """The store's kind and location for people, without passwords: ``SQLite /srv/jobs.db``."""
         return type(self).__name__
 
+    def unreachable(self, error: BaseException) -> bool:
+        """Whether ``error`` says the store could not be reached (no server at the address,
+        an unknown database or user): the command-line tools say so in one line."""
+        return isinstance(error, OSError)
+
     async def list_jobs(
         self,
         state: str,

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from batchy.jobs import (
     DEAD_MAX,
@@ -438,6 +438,11 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         self, name: str, now: float, keep: float, limit: int = 50
     ) -> list[tuple[str, float]]:
         return await _runs.runs(await self.pool(), self.names, name, now, keep, limit)
+
+    def unreachable(self, error: BaseException) -> bool:
+        # A failed connection is the bare OperationalError (its subclasses carry a
+        # server's SQLSTATE: a statement failed); a pool that could get none, PoolTimeout.
+        return type(error) is psycopg.OperationalError or isinstance(error, PoolTimeout)
 
     async def close(self) -> None:
         self._put_off.cancel()

@@ -365,6 +365,10 @@ class RedisBackend(RedisOperating, views.RedisViews):
     ) -> list[tuple[str, float]]:
         return await _runs.runs(self.redis, self.prefix, name, now, keep, limit)
 
+    def unreachable(self, error: BaseException) -> bool:
+        # (AuthenticationError is a ConnectionError: a wrong password is an address too.)
+        return isinstance(error, (redis.ConnectionError, redis.TimeoutError, OSError))
+
     async def close(self) -> None:
         if self._sync is not None:
             self._sync.close()

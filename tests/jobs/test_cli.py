@@ -258,3 +258,53 @@ def test_info_lists_each_sharded_jobs_latest_runs(cli: Cli) -> None:
         r"  run june  started \S+ \S+ \(\d+\.\ds ago\)  0/2 shards done", lines[at + 1]
     )
     assert lines[at + 2 :] == []  # --runs 1: may is not shown
+
+
+@pytest.mark.parametrize(
+    ("store", "address", "said"),
+    [
+        (
+            "from batchy_contrib.jobs.postgres import PostgresBackend as Store",
+            "postgresql://postgres:secret@127.0.0.1:1/test",
+            "cannot reach PostgreSQL postgresql://postgres:***@127.0.0.1:1/test schema 'batchy': "
+            'OperationalError: connection failed: connection to server at "127.0.0.1", port 1 '
+            "failed: Connection refused",
+        ),
+        (
+            "from batchy_contrib.jobs.redis import RedisBackend as Store",
+            "redis://127.0.0.1:1/9",
+            "cannot reach Redis redis://127.0.0.1:1/9 prefix 'batchy:': ConnectionError: ",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", [["info"], ["dead", "list"], ["enqueue", "ok", "1"]])
+def test_a_store_the_tools_cannot_reach_is_one_line_not_a_traceback(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    store: str,
+    address: str,
+    said: str,
+    command: list[str],
+) -> None:
+    # A server that is down, or a DSN with a typo, printed a 40-line traceback
+    # (exit 1) where every other mistake gets one "batchy: error:" line (exit 2).
+    monkeypatch.chdir(tmp_path)
+    name = f"unreachable_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        f"{store}\nfrom batchy.jobs import Queue\nqueue = Queue(Store({address!r}))\n"
+        "@queue.job(name='ok')\nasync def ok(x: int) -> int:\n    return x\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    words = 2 if command[0] == "dead" else 1
+    with pytest.raises(SystemExit) as done:
+        main([*command[:words], f"{name}:queue", *command[words:]])
+    sys.modules.pop(name, None)
+    _, err = capsys.readouterr()
+    assert done.value.code == 2
+    (line,) = [x for x in err.splitlines() if x.startswith("batchy: error:")]
+    assert line.startswith(f"batchy: error: {said}"), line
+    assert line.endswith(
+        "; check that the server is up and that the app's address (DSN or URL) points at it"
+    )
+    assert "Traceback" not in err and "secret" not in err
