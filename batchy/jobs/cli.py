@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -159,10 +160,19 @@ async def dead(queue: Queue, args: argparse.Namespace) -> int:
     if args.action == "show":
         job = await admin.job(_one(args))
         if job.state not in ("dead", "cancelled"):
-            raise JobStateError(
-                f"job {job.id} is {job.state}, not dead, on {admin.store}; see it with "
-                f"`batchy jobs show {job.id}`"
+            # Its id may be a live job's again (enqueued anew) with the dead entry kept.
+            entry = await _dead_entry(admin, job.id)
+            if entry is None:
+                raise JobStateError(
+                    f"job {job.id} is {job.state}, not dead, on {admin.store}; see it with "
+                    f"`batchy jobs show {job.id}`"
+                )
+            print(
+                f"job {job.id} was enqueued again and is {job.state} (`batchy jobs show "
+                f"{job.id}`); its dead entry:",
+                file=sys.stderr,
             )
+            job = entry
         _show(job)
         return 0
     chosen = [args.ids, args.all, args.queue or args.job]
@@ -249,6 +259,19 @@ def _line(job: JobInfo, now: float) -> str:
     kind, key = job.job or "?", f" key={job.key}" if job.key else ""
     head = f"{job.id}  {job.state:<9} {job.queue:<12} {kind:<24} {job.attempts:>3}"
     return f"{head}  {when}{key}  {note}".rstrip()
+
+
+async def _dead_entry(admin: Admin, job_id: str) -> JobInfo | None:
+    """The dead set's entry of ``job_id``, read page by page (the dead set is capped)."""
+    after: str | None = None
+    while True:
+        page = await admin.jobs("dead", after=after, limit=500)
+        for job in page.jobs:
+            if job.id == job_id:
+                return job
+        after = page.next
+        if after is None:
+            return None
 
 
 def _show(job: JobInfo) -> None:

@@ -308,3 +308,29 @@ def test_a_store_the_tools_cannot_reach_is_one_line_not_a_traceback(
         "; check that the server is up and that the app's address (DSN or URL) points at it"
     )
     assert "Traceback" not in err and "secret" not in err
+
+
+def test_dead_show_finds_the_dead_entry_of_an_id_enqueued_again(cli: Cli) -> None:
+    # `batchy dead show ID` said "job ID is queued, not dead" while the dead set
+    # kept the entry (and its traceback) of the same id: no command showed it.
+    from batchy.jobs import SQLiteBackend, Worker
+
+    queue = Queue(SQLiteBackend(cli.db))
+
+    @queue.job(name="bad", retries=0)
+    async def bad(x: int) -> None:
+        raise KeyError(x)
+
+    async def scenario() -> None:
+        await bad.options(id="bad-1").enqueue(1)
+        await Worker(queue, burst=True, poll_interval=0.01).run()
+        await bad.options(id="bad-1").enqueue(2)  # the same id, live again
+        await queue.close()
+
+    asyncio.run(scenario())
+    code, out, err = cli("dead", "show", "bad-1")
+    assert code == 0
+    assert err == (
+        "job bad-1 was enqueued again and is queued (`batchy jobs show bad-1`); its dead entry:\n"
+    )
+    assert "state:      dead" in out and "KeyError: 1" in out
