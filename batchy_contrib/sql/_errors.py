@@ -7,6 +7,7 @@ Every message names the loader, the store, what happened and the fix.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
@@ -23,6 +24,7 @@ from ..errors import (
 
 __all__ = [
     "CONTAINERS",
+    "shown_url",
     "Kind",
     "KeysRejected",
     "bad_key",
@@ -197,3 +199,17 @@ def failed(
         cls = DataSourceError
         text = f"failed on {at} {loading}. SQL: {short_repr(sql)}"
     return cls(f"loader {name!r} {text}", loader=name, keys=keys, host=db.host)
+
+
+def shown_url(url: object) -> str:
+    """``url`` as a message shows it: its repr, with any password in it masked.
+
+    A URL a loader factory refused is echoed back to say what was wrong with it,
+    and such messages reach logs and error pages.
+    """
+    if not isinstance(url, str):
+        return repr(url)
+    masked = re.sub(
+        r"(//[^/@:]*:)[^/]*@", r"\1***@", url
+    )  # scheme://user:password@ (to the last @)
+    return repr(re.sub(r"(?i)(password=)[^&\s]*", r"\1***", masked))  # ?password=, key=value

@@ -16,6 +16,8 @@ from urllib.parse import unquote, urlsplit
 
 from batchy import UsageError
 
+from ._errors import shown_url
+
 __all__ = ["abandon_pool", "acquire", "close_pool", "url_options"]
 
 #: Seconds a shutting-down loop waits for its pool's connections to come back.
@@ -52,7 +54,8 @@ def url_options(
     parts = urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
         raise UsageError(
-            f"{who} takes a URL like 'mysql://user:password@host:3306/database', got {url!r}"
+            f"{who} takes a URL like 'mysql://user:password@host:3306/database', got "
+            f"{shown_url(url)}"
         )
     if type(minsize) is not int or type(maxsize) is not int or minsize < 0 or maxsize < 0:
         raise UsageError(

@@ -33,6 +33,7 @@ from psycopg.pq import TransactionStatus
 from batchy import UsageError
 
 from .._pg_idle import server_ended
+from ._errors import shown_url
 
 __all__ = ["Pool", "abandon_pool", "close_pool", "pool_host", "url_options"]
 
@@ -53,6 +54,7 @@ class Pool:
 
     def __init__(self, conninfo: str, *, max_size: int, kwargs: dict[str, Any]) -> None:
         self.conninfo = conninfo
+        self.where = conninfo_host(conninfo)  # for messages: never the password
         self.max_size = max_size
         self.kwargs = kwargs
         self.closed = False
@@ -63,15 +65,23 @@ class Pool:
         self._waiting: collections.deque[asyncio.Future[Conn | None]] = collections.deque()
 
     async def open(self, count: int) -> None:
-        """Make ``count`` connections now (``min_size``), so a server that is down fails here."""
-        conns = [await self.getconn() for _ in range(count)]
-        for conn in conns:
-            await self.putconn(conn)
+        """Make ``count`` connections now (``min_size``), so a server that is down fails here.
+
+        Those made before one failed are given back, so the caller's close() closes
+        them (each holds one of the server's connection slots meanwhile).
+        """
+        conns: list[Conn] = []
+        try:
+            for _ in range(count):
+                conns.append(await self.getconn())
+        finally:
+            for conn in conns:
+                await self.putconn(conn)
 
     async def getconn(self) -> Conn:
         while True:
             if self.closed:
-                raise PoolClosedError(f"the connection pool for {self.conninfo!r} is closed")
+                raise PoolClosedError(f"the connection pool for {self.where} is closed")
             if self._idle:
                 idle = self._idle.pop()  # the most recently used: the others may expire
                 if not server_ended(idle):
@@ -119,7 +129,7 @@ class Pool:
             self._opening -= 1
         if self.closed:  # closed while we connected
             await conn.close()
-            raise PoolClosedError(f"the connection pool for {self.conninfo!r} is closed")
+            raise PoolClosedError(f"the connection pool for {self.where} is closed")
         self._all.add(conn)
         return conn
 
@@ -146,7 +156,7 @@ class Pool:
         while self._waiting:
             waiter = self._waiting.popleft()
             if not waiter.done():
-                waiter.set_exception(PoolClosedError(f"the pool for {self.conninfo!r} closed"))
+                waiter.set_exception(PoolClosedError(f"the pool for {self.where} closed"))
         while self._idle:
             conn = self._idle.pop()
             self._all.discard(conn)
@@ -160,7 +170,8 @@ def url_options(
     parts = urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
         raise UsageError(
-            f"{who} takes a URL like 'postgresql://user:password@host:5432/database', got {url!r}"
+            f"{who} takes a URL like 'postgresql://user:password@host:5432/database', got "
+            f"{shown_url(url)}"
         )
     if type(min_size) is not int or type(max_size) is not int or min_size < 0 or max_size < 1:
         raise UsageError(
@@ -192,7 +203,11 @@ async def open_pool(options: dict[str, Any]) -> Pool:
 
 def pool_host(pool: Any) -> str:
     """``host:port`` of a pool the application made (its conninfo), for error messages."""
-    conninfo = getattr(pool, "conninfo", None)
+    return conninfo_host(getattr(pool, "conninfo", None))
+
+
+def conninfo_host(conninfo: object) -> str:
+    """``host:port`` of a libpq URL or ``key=value`` string, for error messages."""
     if not isinstance(conninfo, str):
         return "?"
     try:

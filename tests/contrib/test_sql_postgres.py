@@ -15,6 +15,7 @@ import uuid
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -647,3 +648,48 @@ def test_a_pool_never_strands_a_waiter(
         await pool.close()
 
     asyncio.run(run())
+
+
+# -- passwords stay out of messages; a pool that fails to open leaves nothing open ------
+
+
+async def test_no_error_shows_the_password_of_the_databases_url(postgres_url: str) -> None:
+    # A closed pool's message named the whole URL, password included, in the error
+    # every call after close() gets (and logs and error pages show).
+    parts = urlsplit(postgres_url)
+    secret = "S3cretPassw0rd"
+    host = parts.netloc.rpartition("@")[2]
+    url = urlunsplit(parts._replace(netloc=f"{parts.username}:{secret}@{host}"))
+    db = await postgres.connect(url, max_size=1)
+    await make(db, "items", "id INTEGER PRIMARY KEY, label TEXT", [(1, "a")])
+    items = db.one("items")
+    await db.close()
+    (error,) = await load_all(items, [1])
+    assert isinstance(error, postgres.ConnectionLostError)
+    assert secret not in str(error) and host in str(error)
+    for bad in (f"postgresql+psycopg://app:{secret}@db/app", f"http://app:{secret}@db/app"):
+        with pytest.raises(batchy.UsageError) as refused:
+            postgres.Database.from_url(bad)
+        assert secret not in str(refused.value) and "app:***@db" in str(refused.value)
+
+
+async def test_a_pool_that_fails_to_open_closes_the_connections_it_made(
+    postgres_url: str,
+) -> None:
+    # The min_size connections made before one failed stayed open until garbage
+    # collection, holding the server's slots: the next request failed for want of one.
+    role = f"rv_{uuid.uuid4().hex[:8]}"
+    _admin(postgres_url, f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1")
+    parts = urlsplit(postgres_url)
+    url = urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}"))
+    try:
+        with pytest.raises(psycopg.OperationalError, match="too many connections"):
+            await postgres.connect(url, min_size=2, max_size=2)
+        live = _admin(
+            postgres_url, f"SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}'"
+        )
+        assert live == [(0,)]
+        db = await postgres.connect(url, min_size=1, max_size=1)  # the slot is free
+        await db.close()
+    finally:
+        _admin(postgres_url, f"DROP ROLE {role}")
