@@ -72,6 +72,7 @@ class Batch(Askers):
         "_chunks",
         "_ck_of",
         "_round",
+        "_running",
         "ctx",
         "futures",
         "keys",
@@ -86,6 +87,7 @@ class Batch(Askers):
         self.keys: list[Any] = []  # distinct keys, as the user passed them
         self.futures: dict[Any, Future[Any]] = {}  # cache key -> future
         self._chunks: list[tuple[int, list[Any], list[Future[Any]]]] = []
+        self._running = 0  # chunks whose asyncio future is pending (max_concurrency)
         self._ck_of: dict[int, Any] | None = None  # id(future) -> cache key, made when needed
         self._round = 0
         # The context its calls run in: that of the handler (or plain asyncio code)
@@ -116,9 +118,17 @@ class Batch(Askers):
             (i, keys[i : i + size], futs[i : i + size]) for i in range(0, len(keys), size)
         ]
         self._chunks.reverse()  # pop() from the end takes them in order
-        for _ in range(self.loader.max_concurrency or len(self._chunks)):
-            if not self._chunks:
-                break
+        self._start_more()
+
+    def _start_more(self) -> None:
+        """Start chunks while fewer than ``max_concurrency`` run.
+
+        A loop, not one start per slot: a plain function's chunk finishes (or
+        fails) inside ``_start`` and holds no slot, and no callback would start
+        the chunks after it.
+        """
+        limit = self.loader.max_concurrency or len(self._chunks)
+        while self._chunks and self._running < limit:
             self._start(*self._chunks.pop())
 
     def _start(self, first: int, keys: list[Any], futs: list[Future[Any]]) -> None:
@@ -142,20 +152,20 @@ class Batch(Askers):
                 raise  # the process decides, not the scheduler
             return
         self.sched.batch_started(afut)
+        self._running += 1
 
         def done(af: asyncio.Future[Any]) -> None:
             # Called by the event loop: it must not raise, and must always count
             # the call finished, or the scheduler would wait for it forever.
+            self._running -= 1
             try:
                 if af.cancelled():
-                    error: BaseException = asyncio.CancelledError()
-                    self._finish(call, error=error)
+                    self._finish(call, error=_cancelled(af))
                 elif (error_ := af.exception()) is not None:
                     self._finish(call, error=error_)
                 else:
                     self._finish(call, result=af.result())
-                if self._chunks:
-                    self._start(*self._chunks.pop())
+                self._start_more()
             finally:
                 self.sched.batch_finished(af)
 
@@ -381,3 +391,12 @@ class _NoDefault:
 
 
 _NO_DEFAULT: Any = _NoDefault()
+
+
+def _cancelled(af: asyncio.Future[Any]) -> asyncio.CancelledError:
+    """The error a cancelled future raises, with its message (``cancel(msg)``)."""
+    try:
+        af.result()
+    except asyncio.CancelledError as error:
+        return error
+    return asyncio.CancelledError()  # (not reached: the future was cancelled)

@@ -82,6 +82,50 @@ def test_chunks_run_concurrently_up_to_max_concurrency() -> None:
     assert peak == 2
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_plain_function_with_max_concurrency_gets_every_chunk(fails: bool) -> None:
+    # Chunks past max_concurrency were started by the callback of an asyncio
+    # future; a plain function's chunk finishes inside the call, so only the
+    # first max_concurrency chunks were ever sent and the run hung for ever.
+    calls: list[list[int]] = []
+
+    @batchy.batched(max_batch_size=2, max_concurrency=1)
+    def tens(keys: list[int]) -> list[int]:
+        calls.append(keys)
+        if fails and keys[0] == 0:
+            raise ValueError("the first chunk fails")
+        return [k * 10 for k in keys]
+
+    async def main() -> list[Any]:
+        async with batchy.scope():
+            return await asyncio.wait_for(
+                batchy.gather(*(tens(k) for k in range(5)), return_exceptions=True), 5
+            )
+
+    got = asyncio.run(main())
+    assert calls == [[0, 1], [2, 3], [4]]
+    expected: list[Any] = [0, 10, 20, 30, 40]
+    if fails:
+        assert [type(v).__name__ for v in got[:2]] == ["LoaderError", "LoaderError"]
+        got, expected = got[2:], expected[2:]
+    assert got == expected
+
+
+def test_a_loaders_cancellation_keeps_its_message() -> None:
+    @batchy.batched
+    async def fetch(keys: list[int]) -> list[int]:
+        raise asyncio.CancelledError("pool closed while fetching")
+
+    async def main() -> BaseException:
+        try:
+            await fetch(1)
+        except asyncio.CancelledError as error:
+            return error
+        raise AssertionError("not cancelled")
+
+    assert asyncio.run(main()).args == ("pool closed while fetching",)
+
+
 def test_batches_of_one_round_run_in_parallel() -> None:
     # Each loader waits for the other to have started: this only finishes if
     # both batch calls are in flight at the same time.
