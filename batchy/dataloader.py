@@ -574,6 +574,9 @@ class DataLoader(Generic[K, V]):
             out = self.batch_load_fn(keys)
         except Exception as error:
             return self._failed(keys, error)
+        except BaseException:  # (CancelledError, KeyboardInterrupt...): no key keeps it
+            self._forget(keys)
+            raise
         if inspect.isawaitable(out):
             return self._await(keys, out)
         return self._check(keys, out)
@@ -583,6 +586,9 @@ class DataLoader(Generic[K, V]):
             values = await out
         except Exception as error:
             return self._failed(keys, error)
+        except BaseException:  # a driver's own cancel, say: the next load tries again
+            self._forget(keys)
+            raise
         return self._check(keys, values)
 
     def _check(self, keys: list[K], values: Any) -> list[Any]:
@@ -599,7 +605,10 @@ class DataLoader(Generic[K, V]):
                     keys=keys,
                 ),
             )
-        checked: list[Any] = list(values)
+        try:
+            checked: list[Any] = list(values)  # a generator may fail as it is read
+        except Exception as error:
+            return self._failed(keys, error)
         if len(checked) != len(keys):
             return self._failed(
                 keys,
@@ -619,7 +628,10 @@ class DataLoader(Generic[K, V]):
         # The whole batch failed: every key gets the error (the original one, as
         # with aiodataloader, so `except MyDbError` keeps working), and no key keeps
         # it in the cache, so the next load tries again.
+        self._forget(keys)
+        return [error] * len(keys)
+
+    def _forget(self, keys: list[K]) -> None:
         if self.cache_map is not None:
             for key in keys:
                 self.cache_map.delete(self._ck(key))
-        return [error] * len(keys)

@@ -536,3 +536,28 @@ def test_loads_made_before_the_loop_runs() -> None:
     assert batchy.run(batchy.gather(kept, answered)) == [10, "outside"]
     assert dropped.cancelled()
     assert calls == [[1]]
+
+
+@pytest.mark.parametrize("how", ["cancelled", "lazy"])
+async def test_a_batch_that_fails_otherwise_than_by_raising_is_not_kept_in_the_cache(
+    how: str,
+) -> None:
+    # Only an Exception raised by the batch function itself cleared its keys: a
+    # CancelledError (a driver's own cancel), or a generator of values that fails
+    # as it is read, stayed in the cache, and every retry got the same error
+    # without calling the function again.
+    rows = {1: "ann"}
+    calls: list[list[int]] = []
+
+    async def load(ids: list[int]) -> Any:
+        calls.append(ids)
+        if len(calls) == 1 and how == "cancelled":
+            raise asyncio.CancelledError("db connection reset")
+        return (rows[i] for i in ids)
+
+    loader: DataLoader[int, str] = DataLoader(load)
+    with pytest.raises(asyncio.CancelledError if how == "cancelled" else KeyError):
+        await loader.load(1 if how == "cancelled" else 2)
+    rows[2] = "bob"
+    assert await loader.load(1 if how == "cancelled" else 2) == rows[1 if how == "cancelled" else 2]
+    assert len(calls) == 2
