@@ -486,12 +486,24 @@ class Task(Future[T]):
             return None
         if getattr(y, "_asyncio_future_blocking", None) is not None:
             y._asyncio_future_blocking = False
+            get_loop = getattr(y, "get_loop", None)
+            if get_loop is not None and get_loop() is not sched.loop:
+                raise self._foreign(y)  # its result would come, if ever, on another loop
             return from_asyncio(y)
         if inspect.isawaitable(y):
             fut = _Awaitable(y)
             fut._activate(sched, self._scope)
             return fut
         raise _BadLeaf(y)
+
+    def _foreign(self, future: Any) -> YieldError:
+        return YieldError(
+            f"handler {self.name} ({self._location()}) waits on {short_repr(future)}, which "
+            "belongs to another event loop than the one running this handler (an earlier "
+            "batchy.run's, or another thread's): it would never be woken here. Make the "
+            "future in this run, or pass results between loops with "
+            "asyncio.run_coroutine_threadsafe()"
+        )
 
     def _yield_error(self, value: Any, yielded: Any, what: str = "") -> YieldError:
         inside = "" if value is yielded else f" inside {short_repr(yielded)}"

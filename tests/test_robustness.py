@@ -647,3 +647,36 @@ def test_cancelling_a_task_whose_wait_just_ended_steps_it_once(kind: str) -> Non
     # Stepped a second time, it used to end again: with None, or "cannot reuse
     # already awaited coroutine", overwriting the CancelledError its waiters saw.
     assert type(box["victim"].exception()) is asyncio.CancelledError
+
+
+@pytest.mark.parametrize("style", ["async", "generator"])
+def test_a_future_of_another_event_loop_fails_its_handler_rather_than_hanging(style: str) -> None:
+    # A future kept from an earlier batchy.run (or another thread's loop) was
+    # waited on for ever: nothing on this loop would ever wake it.
+    kept: list[asyncio.Future[int]] = []
+
+    async def keep() -> None:
+        kept.append(asyncio.get_running_loop().create_future())
+
+    batchy.run(keep())
+
+    if style == "async":
+
+        @batchy.task
+        async def handler() -> int:
+            return await kept[0]
+
+    else:
+
+        @batchy.task
+        def handler() -> Any:
+            value = yield kept[0]
+            return value
+
+    async def main() -> Any:
+        return await asyncio.wait_for(handler(), 5)
+
+    with pytest.raises(batchy.YieldError) as error:
+        batchy.run(main())
+    assert "waits on <Future pending>, which belongs to another event loop" in str(error.value)
+    assert "asyncio.run_coroutine_threadsafe()" in str(error.value)
