@@ -23,6 +23,7 @@ import asyncio
 import contextvars
 import inspect
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -242,8 +243,8 @@ class Batch(Askers):
         enqueue = sched._ready.append
         woke = False
         for fut, value in zip(futs, values, strict=True):
-            if isinstance(value, BaseException):
-                fut._set_exception(value)
+            if isinstance(value, _NOT_VALUES):
+                fut._set_exception(self._not_value(keys[futs.index(fut)], value))
                 failed.append(fut)
                 continue
             # Future._set_result, inlined: this runs once per key.
@@ -279,6 +280,21 @@ class Batch(Askers):
             self._evict(failed)
         return None
 
+    def _not_value(
+        self, key: Any, value: BaseException | types.CoroutineType[Any, Any, Any]
+    ) -> BaseException:
+        """What fails ``key`` whose value was an exception, or a coroutine never awaited."""
+        if isinstance(value, BaseException):
+            return value
+        value.close()  # (no "never awaited" warning, far from its cause)
+        return LoaderError(
+            f"loader {self.loader.name!r} returned a coroutine ({value.__qualname__}) as the "
+            f"value of key {short_repr(key)}, not awaited; await them in the batch "
+            "function: return await asyncio.gather(*(fetch(k) for k in keys))",
+            loader=self.loader.name,
+            keys=[key],
+        )
+
     def _evict(self, futs: list[Future[Any]]) -> None:
         if not self.loader.cache:
             return
@@ -310,6 +326,15 @@ class Batch(Askers):
                     keys=keys,
                 )
             return list(result)
+        if inspect.iscoroutine(result):  # only a thread's call gets here: see _call
+            result.close()
+            raise LoaderError(
+                f"loader {name!r} runs in a thread (thread=True), but its batch function "
+                f"returned a coroutine ({result.__qualname__}): an async def batch function "
+                "runs on the event loop; drop thread=True",
+                loader=name,
+                keys=keys,
+            )
         raise LoaderError(
             f"loader {name!r} returned {short_repr(result)} ({type(result).__name__}) for "
             f"keys {short_repr(keys)}; a batch function must return a list with one value "
@@ -400,3 +425,8 @@ def _cancelled(af: asyncio.Future[Any]) -> asyncio.CancelledError:
     except asyncio.CancelledError as error:
         return error
     return asyncio.CancelledError()  # (not reached: the future was cancelled)
+
+
+# A batch function's values that fail their key: exceptions, and coroutines
+# (values of ``[fetch(k) for k in keys]``, the gather forgotten).
+_NOT_VALUES = (BaseException, types.CoroutineType)

@@ -8,7 +8,9 @@ blocking the suite.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -680,3 +682,44 @@ def test_a_future_of_another_event_loop_fails_its_handler_rather_than_hanging(st
         batchy.run(main())
     assert "waits on <Future pending>, which belongs to another event loop" in str(error.value)
     assert "asyncio.run_coroutine_threadsafe()" in str(error.value)
+
+
+def test_coroutines_returned_as_values_fail_their_keys_and_are_closed() -> None:
+    # `return [fetch(k) for k in keys]` (the gather forgotten) handed each key a
+    # coroutine object as its value, and "never awaited" warned later, elsewhere.
+    async def fetch(k: int) -> str:
+        return f"user {k}"
+
+    @batchy.batched(name="users")
+    async def users(keys: list[int]) -> list[Any]:
+        return [fetch(k) for k in keys]
+
+    @batchy.batched(thread=True, name="users_in_a_thread")
+    def users_in_a_thread(keys: list[int]) -> Any:
+        async def fetch_many() -> list[str]:
+            return [f"user {k}" for k in keys]
+
+        return fetch_many()  # an async function's coroutine, made in a thread
+
+    async def main() -> list[Any]:
+        async with batchy.scope():
+            return await batchy.gather(
+                users(1), users(2), users_in_a_thread(3), return_exceptions=True
+            )
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        one, two, threaded = batchy.run(main())
+        gc.collect()
+    assert [str(w.message) for w in caught] == []
+    assert str(one) == (
+        "loader 'users' returned a coroutine "
+        "(test_coroutines_returned_as_values_fail_their_keys_and_are_closed.<locals>.fetch) as "
+        "the value of key 1, not awaited; await them in the batch function: return await "
+        "asyncio.gather(*(fetch(k) for k in keys))"
+    )
+    assert "as the value of key 2" in str(two)
+    assert str(threaded).startswith("loader 'users_in_a_thread' runs in a thread (thread=True), ")
+    assert str(threaded).endswith(
+        "an async def batch function runs on the event loop; drop thread=True"
+    )
