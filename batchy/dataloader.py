@@ -78,7 +78,7 @@ from typing import Any, Generic, TypeVar
 
 # Only names batchy exports (this module is a layer above the engine), taken from
 # their modules because the package itself imports this one.
-from ._errors import InvalidKeyError, LoaderError, UsageError, short_repr
+from ._errors import InvalidKeyError, LoaderError, UsageError, error_text, short_repr
 from ._future import Future, failed, resolved
 from ._gather import gather
 from ._loader import Loader, batched
@@ -445,19 +445,22 @@ class DataLoader(Generic[K, V]):
         cache_map = self.cache_map
         shared: Future[V] | None
         if cache_map is None:
-            shared = self._loader(key)
+            shared = self._uncached(key)
         else:
             ck = key if self.cache_key_fn is None else self.cache_key_fn(key)
-            if type(cache_map) is _DictCache:  # the usual dict: its get and set, inlined
-                mapping = cache_map.map
-                shared = mapping.get(ck)
-                if shared is None:
-                    shared = mapping[ck] = self._loader(key)
-            else:
-                shared = cache_map.get(ck)
-                if shared is None:
-                    shared = self._loader(key)
-                    cache_map.set(ck, shared)
+            try:
+                if type(cache_map) is _DictCache:  # the usual dict: its get and set, inlined
+                    mapping = cache_map.map
+                    shared = mapping.get(ck)
+                    if shared is None:
+                        shared = mapping[ck] = self._loader(key)
+                else:
+                    shared = cache_map.get(ck)
+                    if shared is None:
+                        shared = self._loader(key)
+                        cache_map.set(ck, shared)
+            except TypeError as error:
+                raise self._unhashable(key, ck, error) from None
         # LoadFuture(self, key, shared) without the __init__ call: once per load.
         fut: LoadFuture[V] = _new(LoadFuture)
         fut._owner = self
@@ -504,13 +507,37 @@ class DataLoader(Generic[K, V]):
             raise self._none_key()
         cache_map = self.cache_map
         if cache_map is None:
-            return self._loader(key)
+            return self._uncached(key)
         ck = self._ck(key)
-        shared: Future[V] | None = cache_map.get(ck)
-        if shared is None:
-            shared = self._loader(key)
-            cache_map.set(ck, shared)
+        try:
+            shared: Future[V] | None = cache_map.get(ck)
+            if shared is None:
+                shared = self._loader(key)
+                cache_map.set(ck, shared)
+        except TypeError as error:
+            raise self._unhashable(key, ck, error) from None
         return shared
+
+    def _uncached(self, key: K) -> Future[V]:
+        try:
+            return self._loader(key)  # (which removes duplicates by cache key)
+        except InvalidKeyError as error:
+            raise self._unhashable(key, self._ck(key), error) from None
+
+    def _unhashable(self, key: K, ck: Any, error: Exception) -> InvalidKeyError:
+        """The error for a key whose cache key cannot be hashed (``error``: what said so)."""
+        what = "key" if ck is key else f"cache key {short_repr(ck)} (from cache_key_fn) of key"
+        # The batchy loader's own error (the cache off) names an option of @batched.
+        reason = error.__cause__ if isinstance(error, InvalidKeyError) else error
+        said = f" ({error_text(reason)})" if reason is not None else ""
+        return InvalidKeyError(
+            f"DataLoader {self.name!r} got {what} {short_repr(key)} ({type(ck).__name__}), "
+            f"which cannot be hashed{said}; pass cache_key_fn= to turn keys "
+            "into hashable cache keys (for example cache_key_fn=tuple for lists, or "
+            "json.dumps with sort_keys=True for dicts)",
+            loader=self.name,
+            key=key,
+        )
 
     def _none_key(self) -> InvalidKeyError:
         return InvalidKeyError(

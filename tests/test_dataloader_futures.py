@@ -561,3 +561,29 @@ async def test_a_batch_that_fails_otherwise_than_by_raising_is_not_kept_in_the_c
     rows[2] = "bob"
     assert await loader.load(1 if how == "cancelled" else 2) == rows[1 if how == "cancelled" else 2]
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("cache", [True, False])
+@pytest.mark.parametrize("how", ["load", "load_many"])
+async def test_a_key_that_cannot_be_hashed_names_the_dataloader_and_cache_key_fn(
+    cache: bool, how: str
+) -> None:
+    # With the cache on: a bare "TypeError: unhashable type: 'list'" from the
+    # cache's dict; with it off, a hint naming @batched's key=, not cache_key_fn=.
+    async def users(ids: list[Any]) -> list[Any]:
+        return ids
+
+    loader: DataLoader[Any, Any] = DataLoader(users, cache=cache, name="users")
+    with pytest.raises(batchy.InvalidKeyError) as error:
+        if how == "load":
+            loader.load([1, 2])
+        else:
+            loader.load_many([[1, 2]])
+    shown = str(error.value)
+    assert shown.startswith("DataLoader 'users' got key [1, 2] (list), which cannot be hashed")
+    assert shown.endswith(
+        "; pass cache_key_fn= to turn keys into hashable cache keys (for example "
+        "cache_key_fn=tuple for lists, or json.dumps with sort_keys=True for dicts)"
+    )
+    keyed: DataLoader[Any, Any] = DataLoader(users, cache=cache, cache_key_fn=tuple)
+    assert await keyed.load([1, 2]) == [1, 2]
