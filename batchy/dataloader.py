@@ -78,7 +78,7 @@ from typing import Any, Generic, TypeVar
 
 # Only names batchy exports (this module is a layer above the engine), taken from
 # their modules because the package itself imports this one.
-from ._errors import InvalidKeyError, LoaderError, UsageError, error_text, short_repr
+from ._errors import InvalidKeyError, LoaderError, UsageError, short_repr
 from ._future import Future, failed, resolved
 from ._gather import gather
 from ._loader import Loader, batched
@@ -529,7 +529,7 @@ class DataLoader(Generic[K, V]):
         what = "key" if ck is key else f"cache key {short_repr(ck)} (from cache_key_fn) of key"
         # The batchy loader's own error (the cache off) names an option of @batched.
         reason = error.__cause__ if isinstance(error, InvalidKeyError) else error
-        said = f" ({error_text(reason)})" if reason is not None else ""
+        said = f" ({type(reason).__name__}: {reason})" if reason is not None else ""
         return InvalidKeyError(
             f"DataLoader {self.name!r} got {what} {short_repr(key)} ({type(ck).__name__}), "
             f"which cannot be hashed{said}; pass cache_key_fn= to turn keys "
