@@ -83,6 +83,10 @@ class Outage:
             self.failures = 0
 
 
+#: Seconds a store call's timer may fire late before the loop counts as blocked.
+_LATE = 0.05
+
+
 class NoAnswer(JobError, TimeoutError):
     """A store call a worker gave up on: no answer within its time limit."""
 
@@ -108,8 +112,15 @@ async def within(
 
         task.add_done_callback(wake)
         timer = loop.call_later(seconds, wake)
+        deadline = loop.time() + seconds
         try:
             await waiter
+            blocked = loop.time() - deadline
+            if not task.done() and blocked > _LATE:
+                # The timer fired late: the loop itself was blocked (a handler that
+                # did not await), and the answer may be waiting in its socket. The
+                # store gets back the time the loop took from it.
+                await asyncio.wait([task], timeout=min(blocked, seconds))
         except asyncio.CancelledError:
             _abandon(task, cancel=not shielded)
             raise

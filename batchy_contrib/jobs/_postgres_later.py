@@ -36,9 +36,10 @@ __all__ = ["PutOff"]
 
 log = logging.getLogger("batchy.jobs")
 
-# A hand-in that fails (the store went away) is tried this many times, a little
-# later each time; then its jobs run again once their leases run out.
-_TRIES = 5
+# A hand-in that fails (the store went away) is tried again, a little later each
+# time up to _LONGEST_PAUSE, for as long as its leases hold; a warning says so
+# once per _TRIES failures.
+_TRIES, _LONGEST_PAUSE = 5, 5.0
 # How long one try waits for the keys, at first and at most.
 _FIRST_WAIT, _LONGEST_WAIT = 0.25, 8.0
 
@@ -129,16 +130,19 @@ class PutOff:
                     wait = min(2 * wait, _LONGEST_WAIT)  # still held: others' turn first
                     continue
                 except Exception as error:
+                    # Tried again for as long as the leases hold (the heartbeat renews
+                    # them, and drops the outcomes of one lost): giving up here ran a
+                    # finished job again on a live worker after a few seconds of
+                    # failover. Said once per _TRIES failures.
                     failures += 1
-                    if failures == _TRIES:
+                    if failures % _TRIES == 0:
                         log.warning(
                             "worker %s: %d outcome(s) put off while their ordering key was "
-                            "held could not be handed in (%s); their jobs run again once "
-                            "their leases run out",
+                            "held could not be handed in yet (%s); trying again while "
+                            "their leases hold",
                             worker, len(left), error,
                         )  # fmt: skip
-                        return
-                await asyncio.sleep(0.1 * 2**failures)
+                await asyncio.sleep(min(_LONGEST_PAUSE, 0.1 * 2**failures))
         finally:
             held = self._held.get(worker)
             if held is not None:

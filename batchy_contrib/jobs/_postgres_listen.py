@@ -169,7 +169,13 @@ class Listener:
         return False
 
     async def wait(self, queues: Iterable[str], timeout: float) -> bool:
-        """Until news for ``queues`` (True) or ``timeout`` seconds (False)."""
+        """Until news for ``queues`` (True) or ``timeout`` seconds (False).
+
+        News kept while the caller was on its way here (reading when the next job
+        falls due, say) counts: it came after the caller's last look at the store.
+        """
+        if self.take(queues):
+            return True
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         entry = (frozenset(queues), future)
         self._waiters.append(entry)

@@ -336,8 +336,14 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
                 async with conn.transaction():
                     # The wait for the keys' locks, in their fair queue, ends after
                     # `wait` (lock_timeout), so the connection goes back to the pool.
+                    # A statement_timeout of the role or database would cut the wait
+                    # short (QueryCanceled): this statement's bound is the lock's.
                     timeout = f"{max(1, round(wait * 1000))}ms"
-                    await conn.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
+                    await conn.execute(
+                        "SELECT set_config('lock_timeout', %s, true), "
+                        "set_config('statement_timeout', %s, true)",
+                        (timeout, f"{round(wait * 1000) + 30_000}ms"),
+                    )
                     await conn.execute(self._sql["cycle"], params)
             except psycopg.errors.LockNotAvailable:
                 return False

@@ -615,3 +615,20 @@ async def test_a_schema_that_is_not_the_stores_own_is_refused_with_the_reason(
             "SELECT tablename FROM pg_tables WHERE schemaname = %s", (postgres_schema,)
         ).fetchall()
     assert tables == [("jobs",)]
+
+
+async def test_news_kept_while_nobody_waited_ends_the_next_wait_at_once() -> None:
+    # A wake-up that came while the worker read when its next job falls due was
+    # kept, then ignored by the wait that followed: the job waited a whole
+    # poll_interval (9 of 400 enqueues in a run on this machine).
+    from batchy_contrib.jobs._postgres_listen import Listener
+
+    async def never() -> object:
+        raise AssertionError("not connected in this test")
+
+    listener = Listener(never, "batchy_listen_test")
+    listener._deliver("default", due=False)  # nobody waits: kept
+    began = asyncio.get_running_loop().time()
+    assert await listener.wait(["default"], timeout=5) is True
+    assert asyncio.get_running_loop().time() - began < 1
+    assert await listener.wait(["default"], timeout=0.01) is False  # taken once

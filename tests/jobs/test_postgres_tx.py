@@ -1041,3 +1041,41 @@ async def test_a_blocking_enqueue_waiting_for_a_key_does_not_hold_up_other_threa
         assert not waiting.done()  # this one went past it: the key is still held
         holder.rollback()
         assert await asyncio.wait_for(waiting, 10) == [True]
+
+
+async def test_an_outcome_put_off_behind_a_key_outlasts_a_statement_timeout_of_the_role(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    # Each try of a hand-in waiting for a key was cut by the role's (here the
+    # connection's) statement_timeout; after five the outcome was dropped and the
+    # finished job ran again, on a worker that was never paused or killed.
+    dsn = psycopg.conninfo.make_conninfo(postgres_dsn, options="-c statement_timeout=150ms")
+    store = PostgresBackend(dsn, schema=postgres_schema)
+    queue = Queue(store)
+    runs: list[int] = []
+
+    @queue.job(name="sync_account", ordered_by="account")
+    async def sync_account(account: int, step: int) -> None:
+        if (account, step) == (7, 0):
+            await asyncio.sleep(0.5)  # ends while the transaction below holds its key
+        runs.append(step)
+
+    worker = Worker(queue, concurrency=2, poll_interval=0.05, lease=30)
+    task = asyncio.create_task(worker.run())
+    try:
+        await sync_account.enqueue(7, 0)
+        await asyncio.sleep(0.1)
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+            async with conn.transaction():  # holds key 7 past five cut tries
+                await sync_account.options(connection=conn).enqueue(7, 1)
+                await sync_account.enqueue(8, 0)  # a head of another key: it runs
+                await asyncio.sleep(4.5)
+        for _ in range(100):
+            if runs.count(1) == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert sorted(runs) == [0, 0, 1]  # each once
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        await store.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import dataclasses
 import datetime as dt
@@ -221,3 +222,26 @@ class _Shape3:
 )
 def test_a_stores_location_is_shown_without_its_password(location: str, shown: str) -> None:
     assert Backend.redact(location) == shown
+
+
+async def test_a_loop_blocked_past_a_store_calls_limit_is_not_taken_for_no_answer() -> None:
+    # A handler that blocked the loop past the lease made the turn's timer fire
+    # before the turn could read the answer waiting in its socket: the store was
+    # reported unreachable, the turn's outcomes sent again, its claims abandoned.
+    import time
+
+    from batchy.jobs._outage import within
+
+    async def answer() -> str:
+        await asyncio.sleep(0.05)  # the store answers in time...
+        for _ in range(3):
+            await asyncio.sleep(0)  # ...and reading it takes a few steps of the loop
+        return "ok"
+
+    async def handler() -> None:
+        await asyncio.sleep(0.01)
+        time.sleep(0.3)  # blocks the loop past the call's limit
+
+    blocking = asyncio.create_task(handler())
+    assert await within(answer(), 0.1, lambda: "no answer") == "ok"
+    await blocking
