@@ -134,6 +134,15 @@ class BatchyMixin(AsyncMixin):
         # around the whole request) keeps it; otherwise this execution is one.
         self.batchy_scope = batchy.current_scope() or batchy.Scope("graphql")
 
+    def build_per_event_executor(self, payload: Any) -> Any:
+        # graphql-core 3.3 runs each subscription event on a shallow copy of the
+        # subscription's executor: with its scope, every event after the first got
+        # the first event's values from the loaders' cache. An event is an
+        # execution of its own.
+        executor = super().build_per_event_executor(payload)  # type: ignore[misc]
+        executor.batchy_scope = batchy.Scope("graphql")
+        return executor
+
     #: Run queries and mutations on the planned executor (graphql_executor.py).
     #: Set to False in a subclass to keep graphql-core's async execution for
     #: everything (it is slower, and the batches are the same).

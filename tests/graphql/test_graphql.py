@@ -326,3 +326,43 @@ def test_error_below_an_async_resolver_nulls_the_right_position() -> None:
     assert [(e.message, e.path) for e in result.errors or []] == [
         ("no user -3", ["items", 1, "who"])
     ]
+
+
+@pytest.mark.skipif(
+    not bgql.GRAPHQL_CORE_33, reason="graphql-core 3.2's subscribe() takes no executor class"
+)
+async def test_each_subscription_event_loads_afresh() -> None:
+    # graphql-core 3.3 runs each event on a copy of the subscription's executor,
+    # scope included: every event after the first got the first one's values from
+    # the loaders' cache, where graphql-core's own executor loads them again.
+    data = {1: "a"}
+    calls: list[list[int]] = []
+
+    @batchy.batched
+    async def users(keys: list[int]) -> list[str]:
+        calls.append(list(keys))
+        return [data[k] for k in keys]
+
+    schema = gql.build_schema(
+        "type Query { x: Int } type Subscription { tick: Ev } type Ev { n: Int, user: String }"
+    )
+
+    async def ticks(root: Any, info: Any) -> Any:
+        for i in range(3):
+            data[1] = f"user at event {i}"
+            yield {"n": i}
+
+    schema.subscription_type.fields["tick"].subscribe = ticks  # type: ignore[union-attr]
+    schema.subscription_type.fields["tick"].resolve = lambda event, info: event  # type: ignore[union-attr]
+    schema.get_type("Ev").fields["user"].resolve = lambda event, info: users(1)  # type: ignore[union-attr]
+    option = "executor_class" if bgql.GRAPHQL_CORE_33 else "execution_context_class"
+    events = gql.subscribe(
+        schema,
+        gql.parse("subscription { tick { n user } }"),
+        **{option: bgql.BatchyExecutionContext},
+    )
+    if not hasattr(events, "__aiter__"):
+        events = await events
+    got = [result.data async for result in events]  # type: ignore[union-attr]
+    assert got == [{"tick": {"n": i, "user": f"user at event {i}"}} for i in range(3)]
+    assert calls == [[1], [1], [1]]
