@@ -72,6 +72,10 @@ from ._postgres_schema import MigrationTimeout, Names, SchemaVersionError, ensur
 
 __all__ = ["MigrationTimeout", "PostgresBackend", "SchemaVersionError"]
 
+#: Seconds psycopg_pool tries to replace a lost connection before it leaves it to
+#: the next call that needs one.
+RECONNECT_WITHIN = 2.0
+
 _CYCLE = "SELECT * FROM {s}.cycle(%s::jsonb, %s::text[], %s, %s, %s, %s, %s, %s, %s)"
 
 _dumps = JSONSerializer().dumps  # compact, no NaN: as the payloads
@@ -227,6 +231,11 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
             # A connection the server ended while it was idle (a restart, a failover)
             # is dropped as it is taken, not handed to a push that then fails.
             check=still_open,
+            # The pool's own reconnect waits 1, 2, 4, 8... s between tries, for up to
+            # five minutes: after an outage the worker (which retries every few
+            # seconds) found no connection for up to that long. Given up after a
+            # moment, a connection is made again by the next call that needs one.
+            reconnect_timeout=RECONNECT_WITHIN,
             open=False,
         )
         try:

@@ -632,3 +632,87 @@ async def test_news_kept_while_nobody_waited_ends_the_next_wait_at_once() -> Non
     assert await listener.wait(["default"], timeout=5) is True
     assert asyncio.get_running_loop().time() - began < 1
     assert await listener.wait(["default"], timeout=0.01) is False  # taken once
+
+
+class _Cut:
+    """A TCP proxy to the server that can go down (connections cut, new ones refused)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        pair = (writer, up_writer)
+        self.pairs.add(pair)
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except OSError:
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+        self.pairs.discard(pair)
+
+    async def up(self) -> None:
+        self.server = await asyncio.start_server(
+            self._handle, "127.0.0.1", self.port, reuse_address=True
+        )
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    def down(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer, up_writer in self.pairs:
+            writer.transport.abort()
+            up_writer.transport.abort()
+        self.pairs.clear()
+
+
+async def test_a_worker_resumes_soon_after_the_server_is_back(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    # psycopg_pool's own reconnect waited 1, 2, 4, 8... s between tries: after an
+    # 8 s outage the worker found no connection for seconds more (up to a minute
+    # after longer ones), whatever its own retries.
+    params = psycopg.conninfo.conninfo_to_dict(postgres_dsn)
+    cut = _Cut((str(params.get("host", "127.0.0.1")), int(params.get("port", 5432))))
+    await cut.up()
+    via = psycopg.conninfo.make_conninfo(postgres_dsn, host="127.0.0.1", port=cut.port)
+    started: dict[int, float] = {}
+    worker_queue = Queue(PostgresBackend(via, schema=postgres_schema))
+    client = Queue(PostgresBackend(postgres_dsn, schema=postgres_schema))
+    for queue in (worker_queue, client):
+
+        @queue.job(name="ping")
+        async def ping(n: int) -> None:
+            started[n] = time.monotonic()
+
+    await client.backend.migrate()
+    worker = Worker(worker_queue, concurrency=4, lease=5.0, poll_interval=0.2)
+    run = asyncio.create_task(worker.run())
+    try:
+        await asyncio.sleep(1)
+        cut.down()
+        await asyncio.sleep(8)
+        await cut.up()
+        back = time.monotonic()
+        await client.jobs["ping"].enqueue(1)
+        for _ in range(200):
+            if 1 in started:
+                break
+            await asyncio.sleep(0.05)
+        assert 1 in started and started[1] - back < 4  # its own retries: 10 x poll_interval
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, 15)
+        await worker_queue.close()
+        await client.close()
+        cut.down()
