@@ -90,7 +90,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import re
-import urllib.parse
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -399,13 +398,18 @@ class Backend(abc.ABC):
     def redact(location: str) -> str:
         """``location`` (a URL or a libpq ``key=value`` string) with any password masked."""
         if "://" in location:
-            parts = urllib.parse.urlsplit(location)
-            if parts.password is not None:
-                host = parts.netloc.rpartition("@")[2]
-                user = parts.username or ""
-                parts = parts._replace(netloc=f"{user}:***@{host}")
-            query = re.sub(r"(?i)(password=)[^&]*", r"\1***", parts.query)
-            return urllib.parse.urlunsplit(parts._replace(query=query))
+            # Read off the raw text, not urlsplit's parts: libpq and redis-py take a
+            # password holding ? or # (urlsplit ends the host there, and saw none).
+            scheme, _, rest = location.partition("://")
+            first = rest.find("@")
+            if first >= 0:
+                slash = rest.find("/", first)
+                at = rest.rfind("@", 0, slash if slash >= 0 else len(rest))
+                user, colon, _ = rest[:at].partition(":")
+                if colon:
+                    rest = f"{user}:***{rest[at:]}"
+            rest = re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", rest)
+            return f"{scheme}://{rest}"
         # A value is quoted, or runs to a blank that no backslash escapes (libpq's rule).
         return re.sub(
             r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:\\.|[^\s\\])+)", r"\1***", location

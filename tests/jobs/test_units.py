@@ -218,6 +218,12 @@ class _Shape3:
         ("host=db password=s3\\ cret user=app", "host=db password=*** user=app"),
         ("host=db PASSWORD = s3cret", "host=db PASSWORD = ***"),
         ("/var/lib/jobs.db", "/var/lib/jobs.db"),
+        # urlsplit ends the host at ? and #: such a password was shown whole
+        ("postgresql://app:hunter#2@db:5432/jobs", "postgresql://app:***@db:5432/jobs"),
+        ("postgresql://app:s3cr?t@db/jobs", "postgresql://app:***@db/jobs"),
+        ("redis://:a/b@cache:6379/1", "redis://:***@cache:6379/1"),
+        ("postgresql://app:p@ss@db/jobs", "postgresql://app:***@db/jobs"),
+        ("postgresql://app@db/jobs", "postgresql://app@db/jobs"),
     ],
 )
 def test_a_stores_location_is_shown_without_its_password(location: str, shown: str) -> None:
