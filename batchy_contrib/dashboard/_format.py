@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import math
 import time
+import urllib.parse
 from typing import Any
 
 from markupsafe import Markup, escape
 
-__all__ = ["FILTERS", "ago", "args", "duration", "number", "utc"]
+__all__ = ["FILTERS", "ago", "args", "clip", "duration", "number", "path_part", "utc"]
 
 
 def utc(when: float | None) -> str:
@@ -59,14 +60,29 @@ def args(values: Any, limit: int = 80) -> str:
 
 
 def pretty(value: Any) -> str:
-    """A value as JSON, indented when it is long (``repr`` for what JSON cannot say)."""
+    """A value as JSON, indented when it is long (``repr`` for what JSON cannot say).
+
+    Text no page can carry (a lone surrogate: a file name decoded with
+    ``surrogateescape``) is shown as its escape, not a failed page.
+    """
     try:
-        short = json.dumps(value, default=repr, ensure_ascii=False)
-        if len(short) <= 60:
-            return short
-        return json.dumps(value, indent=2, default=repr, ensure_ascii=False)
+        text = json.dumps(value, default=repr, ensure_ascii=False)
+        if len(text) > 60:
+            text = json.dumps(value, indent=2, default=repr, ensure_ascii=False)
     except (TypeError, ValueError):
-        return repr(value)
+        text = repr(value)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def clip(text: str | None, limit: int = 500) -> str:
+    """``text`` cut at ``limit`` characters, for lists (the job's page shows it whole)."""
+    text = text or ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def path_part(text: str) -> str:
+    """``text`` as one segment of a URL's path: a job id with / ? # % in it stays itself."""
+    return urllib.parse.quote(text, safe="")
 
 
 def number(value: float | None) -> str:
@@ -85,4 +101,6 @@ FILTERS = {
     "args": args,
     "pretty": pretty,
     "number": number,
+    "clip": clip,
+    "path_part": path_part,
 }

@@ -15,6 +15,7 @@ from batchy.jobs import Activity, ConfigError, RunInfo
 
 from ._charts import Series, bars, lines, sparkline
 from ._dashboard import of
+from ._format import path_part
 
 __all__ = ["ROUTES"]
 
@@ -84,7 +85,7 @@ async def jobs(request: Request) -> Response:
     q = request.query_params
     wanted = (q.get("id") or "").strip()
     if wanted:  # the search box's "go to id"
-        return RedirectResponse(dash.href(request, f"/jobs/{wanted}"), status_code=303)
+        return RedirectResponse(dash.href(request, f"/jobs/{path_part(wanted)}"), status_code=303)
     state = q.get("state") or "queued"
     filters = _filters(request)
     page = await dash.admin.jobs(

@@ -12,6 +12,7 @@ import asyncio
 import html as htmllib
 import re
 import time
+import urllib.parse
 
 import httpx
 import pytest
@@ -249,3 +250,40 @@ async def test_cancel_a_running_job(board: Board, client: httpx.AsyncClient) -> 
     finally:
         worker.stop()
         await running
+
+
+async def test_job_ids_of_any_text_link_to_their_own_page(
+    board: Board, client: httpx.AsyncClient
+) -> None:
+    # Ids went into links unencoded: the link of job 'acme%2F2026' opened job
+    # 'acme/2026' (whose Delete then acted on it), and ids with ? or # found nothing.
+    send = board.queue.jobs["send_welcome"]
+    ids = ["acme/2026", "acme%2F2026", "q?x", "h#1", "a b"]
+    for job_id in ids:
+        await send.options(id=job_id, delay=3600).enqueue(1)
+    listing = (await client.get("/jobs", params={"state": "scheduled"})).text
+    for job_id in ids:
+        href = "/jobs/" + urllib.parse.quote(job_id, safe="")
+        assert f'href="{href}"' in listing
+        page = await client.get(href)
+        assert page.status_code == 200 and htmllib.escape(job_id) in page.text
+        found = await client.get("/jobs", params={"id": job_id}, follow_redirects=False)
+        assert found.headers["location"] == href
+
+
+async def test_text_no_page_can_carry_and_long_errors_do_not_break_the_pages(
+    board: Board, client: httpx.AsyncClient
+) -> None:
+    # A lone surrogate in an argument (a file name decoded with surrogateescape)
+    # made the job's page a 500; a 2 MB error was printed whole on every list page.
+    @board.queue.job(name="explode", retries=0)
+    async def explode(name: str) -> None:
+        raise ValueError("x" * 100_000)
+
+    handle = await explode.enqueue("report-\udce9.csv")
+    await Worker(board.queue, burst=True, poll_interval=0.01, queues=["default"]).run()
+    page = await client.get(f"/jobs/{handle.id}")
+    assert page.status_code == 200 and "report-\\udce9.csv" in page.text
+    for listing in ("/dead", "/jobs?state=dead"):
+        response = await client.get(listing)
+        assert response.status_code == 200 and len(response.text) < 50_000
