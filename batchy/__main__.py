@@ -182,7 +182,7 @@ async def _reaching(queue: Queue, command: Awaitable[T]) -> T:
     except Exception as error:
         if not queue.backend.unreachable(error):
             raise
-        said = " ".join(str(error).split())  # libpq's messages span lines
+        said = " ".join(str(error).split()).rstrip(".")  # libpq's messages span lines
         raise ConfigError(
             f"cannot reach {queue.admin.store}: {type(error).__name__}: {said}; check that "
             "the server is up and that the app's address (DSN or URL) points at it"

@@ -93,10 +93,28 @@ def create_app(
             JobNotFound: _refused(404),
             JobStateError: _refused(409),
             ConfigError: _refused(400),
+            Exception: _failed,
         },
     )
     app.state.dashboard = dashboard
     return app
+
+
+async def _failed(request: Request, error: Exception) -> Response:
+    """A page for what went wrong (Starlette logs the error after it): the store when
+    it cannot be reached, named, with the driver's reason, rather than a bare 500."""
+    dashboard: Dashboard = request.app.state.dashboard
+    if dashboard.queue.backend.unreachable(error):
+        said = " ".join(str(error).split()).rstrip(".")
+        message = (
+            f"cannot reach {dashboard.admin.store}: {type(error).__name__}: {said}. Check "
+            "that the server is up; this page reloads as it would"
+        )
+        return dashboard.render(
+            request, "error.html", {"title": "Store down", "message": message}, 503
+        )
+    message = "the dashboard failed on this page; the server's log has the error"
+    return dashboard.render(request, "error.html", {"title": "Error", "message": message}, 500)
 
 
 def _refused(status: int) -> Any:

@@ -17,7 +17,7 @@ import urllib.parse
 import httpx
 import pytest
 from board_app import CALLS, Board, Seeded
-from dash_helpers import csrf_of, drawn, line_values
+from dash_helpers import SECRET, csrf_of, drawn, line_values
 
 from batchy.jobs import JobNotFound, Worker
 
@@ -287,3 +287,25 @@ async def test_text_no_page_can_carry_and_long_errors_do_not_break_the_pages(
     for listing in ("/dead", "/jobs?state=dead"):
         response = await client.get(listing)
         assert response.status_code == 200 and len(response.text) < 50_000
+
+
+async def test_a_store_that_cannot_be_reached_is_a_page_that_names_it() -> None:
+    # Every page was a bare "Internal Server Error" (text/plain): no store, no cause.
+    from batchy.jobs import Queue
+    from batchy_contrib.dashboard import create_app
+    from batchy_contrib.jobs.postgres import PostgresBackend
+
+    queue = Queue(PostgresBackend("postgresql://app:s3cret@127.0.0.1:1/jobs", schema="gone"))
+    app = create_app(queue, secret_key=SECRET)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash") as client:
+        for path in ("/", "/jobs", "/dead"):
+            page = await client.get(path)
+            assert page.status_code == 503 and page.headers["content-type"].startswith("text/html")
+            (alert,) = re.findall(r'role="alert">(.*?)</p>', page.text)
+            assert htmllib.unescape(alert).startswith(
+                "cannot reach PostgreSQL postgresql://app:***@127.0.0.1:1/jobs schema 'gone': "
+                'OperationalError: connection failed: connection to server at "127.0.0.1", port 1 '
+                "failed: Connection refused"
+            )
+            assert "s3cret" not in page.text
