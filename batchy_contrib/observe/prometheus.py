@@ -299,7 +299,11 @@ class QueueCollector(Collector):
 def start_http_server(
     port: int, *queues: Queue, addr: str = "0.0.0.0", registry: CollectorRegistry | None = None
 ) -> tuple[Any, threading.Thread]:
-    """Serve ``/metrics`` from a thread: batchy's metrics and each queue's store numbers.
+    """Serve ``/metrics`` from a thread: batchy's metrics and the numbers of the queues' store.
+
+    Queues on one store (the same location) are asked once. The store's numbers
+    carry no store label, so queues on different stores are refused: serve each
+    store from a port of its own, with a ``registry`` of its own.
 
     ``registry`` defaults to prometheus_client's, or, when ``PROMETHEUS_MULTIPROC_DIR``
     is set, to a new one that sums every process's metrics from that directory.
@@ -314,6 +318,16 @@ def start_http_server(
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         else:
             registry = REGISTRY
+    stores: dict[str, Queue] = {}
     for queue in queues:
+        stores.setdefault(queue.admin.store, queue)
+    if len(stores) > 1:
+        raise batchy.UsageError(
+            f"start_http_server() got queues of {len(stores)} stores ({'; '.join(stores)}), "
+            "whose numbers would share metric names with no store label (prometheus_client "
+            "refuses them as duplicated timeseries); serve each store's queues from a port "
+            "of their own, each with registry=CollectorRegistry()"
+        )
+    for queue in stores.values():
         registry.register(QueueCollector(queue))
     return serve_registry(port, addr, registry)

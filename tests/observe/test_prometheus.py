@@ -274,3 +274,29 @@ def test_two_worker_processes_are_summed_by_one_endpoint(tmp_path: Path) -> None
     assert value(got, "batchy_queue_scheduled", queue="emails") == 1
     assert value(got, "batchy_dead_jobs") == 1
     assert value(got, "batchy_store_up") == 1
+
+
+def test_queues_of_one_store_are_served_once_and_of_two_stores_refused(
+    registry: CollectorRegistry, tmp_path: Path
+) -> None:
+    # start_http_server(port, q1, q2) took *queues but registered a collector per
+    # queue, every one with the same metric names: prometheus_client refused the
+    # second ("Duplicated timeseries"), so two queues never worked.
+    from batchy.jobs import SQLiteBackend
+
+    store = SQLiteBackend(tmp_path / "jobs.db")
+    mail, billing = Queue(store, default_queue="mail"), Queue(store, default_queue="billing")
+
+    async def main() -> Samples:
+        await mail.enqueue_many([])
+        return await scrape_from_loop(registry, mail, billing)
+
+    got = asyncio.run(main())
+    assert value(got, "batchy_store_up") == 1
+    other = Queue(SQLiteBackend(tmp_path / "other.db"))
+    with pytest.raises(batchy.UsageError) as refused:
+        prometheus.start_http_server(0, mail, other, addr="127.0.0.1", registry=CollectorRegistry())
+    assert str(refused.value).startswith("start_http_server() got queues of 2 stores (SQLite ")
+    assert str(refused.value).endswith(
+        "serve each store's queues from a port of their own, each with registry=CollectorRegistry()"
+    )
