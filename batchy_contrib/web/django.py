@@ -38,7 +38,14 @@ import asyncio
 import contextvars
 import queue
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+)
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
@@ -46,7 +53,7 @@ from django.conf import settings
 
 import batchy
 
-from .request_stats import RequestStats, current_stats, track
+from .request_stats import RequestStats, current_stats, serving, track
 from .request_stats import run as run_in_request
 
 __all__ = [
@@ -145,8 +152,39 @@ class BatchyMiddleware:
 
     def _with_header(self, response: Any, stats: RequestStats) -> Any:
         if self.header:
-            response[self.header] = stats.summary()
+            response[self.header] = stats.summary()  # (a streamed body's loads come after)
+        if getattr(response, "streaming", False):
+            # The server reads a streamed body after the view returned: its loads
+            # run in the request's scope (and cache) still, as the view's did.
+            content = response.streaming_content
+            if hasattr(content, "__aiter__"):
+                response.streaming_content = _served_async(content, stats)
+            else:
+                response.streaming_content = _served(content, stats)
         return response
+
+
+def _served(content: Iterable[Any], stats: RequestStats) -> Iterator[Any]:
+    chunks = iter(content)
+    while True:
+        with serving(stats):
+            chunk = next(chunks, _END)
+        if chunk is _END:
+            return
+        yield chunk
+
+
+async def _served_async(content: AsyncIterable[Any], stats: RequestStats) -> AsyncIterator[Any]:
+    chunks = aiter(content)
+    while True:
+        with serving(stats):
+            chunk = await anext(chunks, _END)
+        if chunk is _END:
+            return
+        yield chunk
+
+
+_END: Any = object()
 
 
 def run(aw: Awaitable[T]) -> T:

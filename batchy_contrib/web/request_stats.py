@@ -27,7 +27,7 @@ import batchy
 
 T = TypeVar("T")
 
-__all__ = ["RequestStats", "counted_here", "current_stats", "log", "run", "track"]
+__all__ = ["RequestStats", "counted_here", "current_stats", "log", "run", "serving", "track"]
 
 #: Where :func:`track` logs one line per request when asked to (``log=True``).
 log = logging.getLogger("batchy.requests")
@@ -152,6 +152,18 @@ def track(name: str, *, log_stats: bool = False) -> Iterator[RequestStats]:
         stats.duration = time.perf_counter() - stats.started
         if log_stats:
             log.info("%s", stats.summary())
+
+
+@contextlib.contextmanager
+def serving(stats: RequestStats) -> Iterator[RequestStats]:
+    """Back in ``stats``' request after :func:`track` ended: a streamed response's body
+    (which the server reads after the view returned) loads with the request's scope."""
+    token = _current.set(stats)
+    try:
+        with stats.scope:
+            yield stats
+    finally:
+        _current.reset(token)
 
 
 def run(aw: Awaitable[T]) -> T:

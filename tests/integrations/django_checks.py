@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples/integrations/django_blog"))
@@ -21,7 +22,7 @@ django.setup()
 
 from django.core.management import call_command
 from django.db import transaction
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.test import RequestFactory
 
 import batchy
@@ -71,6 +72,32 @@ bd.BatchyMiddleware(view)(RequestFactory().get("/"))
 [message] = seen
 assert message.startswith("blog.Author.pk: Django's ORM cannot run on this event loop"), message
 assert "batchy_contrib.web.django.run(...) instead of batchy.run(...)" in message
+
+
+# A streamed body is read by the server after the view returned: its loads ran
+# outside the request's scope (no cache of the view's, no request stats).
+calls: list[list[int]] = []
+
+
+@batchy.batched(name="users")
+async def users(ids: list[int]) -> list[str]:
+    calls.append(list(ids))
+    return [f"user {i}" for i in ids]
+
+
+def streamed(request: object) -> StreamingHttpResponse:
+    bd.run(users(1))
+
+    def body() -> Iterator[bytes]:
+        assert bd.current_stats() is request.batchy  # type: ignore[attr-defined]
+        yield bd.run(users(1)).encode()  # the view's cache answers
+
+    return StreamingHttpResponse(body())
+
+
+response = bd.BatchyMiddleware(streamed)(RequestFactory().get("/s"))
+assert b"".join(response.streaming_content) == b"user 1"
+assert calls == [[1]], calls
 
 
 async def in_async() -> None:
