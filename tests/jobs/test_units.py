@@ -251,3 +251,19 @@ async def test_a_loop_blocked_past_a_store_calls_limit_is_not_taken_for_no_answe
     blocking = asyncio.create_task(handler())
     assert await within(answer(), 0.1, lambda: "no answer") == "ok"
     await blocking
+
+
+@given(
+    password=st.text(
+        st.characters(codec="ascii", exclude_characters="@/\x00", min_codepoint=33), min_size=6
+    ),
+    scheme=st.sampled_from(["postgresql", "redis", "rediss"]),
+    query=st.sampled_from(["", "?sslmode=require", "#frag"]),
+)
+def test_no_password_of_a_url_survives_redaction(password: str, scheme: str, query: str) -> None:
+    # The class of the ? and # passwords above: whatever characters a password
+    # holds (short of @ and /, which a URL must escape), none of it is shown.
+    location = f"{scheme}://app:{password}@db.internal:5432/jobs{query}"
+    shown = Backend.redact(location)
+    assert password not in shown, shown
+    assert shown.startswith(f"{scheme}://app:***@db.internal:5432/jobs")
