@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
+from urllib.parse import SplitResult, urlsplit
 
 from batchy import short_repr
 
@@ -25,6 +26,7 @@ from ..errors import (
 __all__ = [
     "CONTAINERS",
     "shown_url",
+    "url_parts",
     "Kind",
     "KeysRejected",
     "bad_key",
@@ -213,3 +215,18 @@ def shown_url(url: object) -> str:
         r"(//[^/@:]*:)[^/]*@", r"\1***@", url
     )  # scheme://user:password@ (to the last @)
     return repr(re.sub(r"(?i)(password=)[^&\s]*", r"\1***", masked))  # ?password=, key=value
+
+
+def url_parts(url: object, schemes: tuple[str, ...]) -> SplitResult | None:
+    """``url`` split, or None when it is no URL of ``schemes`` with a host (and a port
+    that is a number): the caller's message then shows it, with :func:`shown_url`."""
+    if not isinstance(url, str):
+        return None
+    try:  # urlsplit and its fields raise ValueError for a bad [IPv6] host or port
+        parts = urlsplit(url)
+        if parts.scheme not in schemes or not parts.hostname:
+            return None
+        parts.port  # noqa: B018 - read to check it
+    except ValueError:
+        return None
+    return parts

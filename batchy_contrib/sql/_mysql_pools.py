@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from batchy import UsageError
 
-from ._errors import shown_url
+from ._errors import shown_url, url_parts
 
 __all__ = ["abandon_pool", "acquire", "close_pool", "url_options"]
 
@@ -51,8 +51,8 @@ def url_options(
     who: str, url: str, minsize: int, maxsize: int, timeout: float | None
 ) -> tuple[str, dict[str, Any]]:
     """``host:port`` and :func:`aiomysql.create_pool`'s options for ``url`` (autocommit on)."""
-    parts = urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
+    parts = url_parts(url, ("mysql", "mariadb"))
+    if parts is None:
         raise UsageError(
             f"{who} takes a URL like 'mysql://user:password@host:3306/database', got "
             f"{shown_url(url)}"

@@ -25,7 +25,6 @@ import collections
 import contextlib
 import math
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -33,7 +32,7 @@ from psycopg.pq import TransactionStatus
 from batchy import UsageError
 
 from .._pg_idle import server_ended
-from ._errors import shown_url
+from ._errors import shown_url, url_parts
 
 __all__ = ["Pool", "abandon_pool", "close_pool", "pool_host", "url_options"]
 
@@ -167,8 +166,8 @@ def url_options(
     who: str, url: str, min_size: int, max_size: int, timeout: float | None, options: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
     """``host:port`` and :func:`open_pool`'s arguments for ``url`` (autocommit on)."""
-    parts = urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
+    parts = url_parts(url, ("postgresql", "postgres"))
+    if parts is None:
         raise UsageError(
             f"{who} takes a URL like 'postgresql://user:password@host:5432/database', got "
             f"{shown_url(url)}"

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from contrib_helpers import closed_port
+from hypothesis import given
+from hypothesis import strategies as st
 
 import batchy
 from batchy_contrib.sql import mysql, postgres, sqlite
@@ -444,3 +446,18 @@ async def test_a_postgres_timeout_cancels_the_statement_and_keeps_the_connection
     )
     assert await backend_pid(db) == pid  # psycopg cancelled it on the server: still good
     await db.close()
+
+
+@given(
+    password=st.text(
+        st.characters(codec="ascii", exclude_characters="@/\x00", min_codepoint=33), min_size=6
+    ),
+    module=st.sampled_from([postgres, mysql]),
+)
+def test_a_refused_url_never_shows_its_password(password: str, module: Any) -> None:
+    # A URL of the wrong scheme was echoed back whole in the UsageError.
+    url = f"http+driver://app:{password}@db.internal:5432/app"
+    with pytest.raises(batchy.UsageError) as refused:
+        module.Database.from_url(url)
+    assert password not in str(refused.value)
+    assert "app:***@db.internal" in str(refused.value)
