@@ -318,6 +318,12 @@ return lost
 """
 )
 
+# The heartbeat for Redis 7 and later, allowed past maxmemory: its writes only
+# renew what exists. A full store refused the plain one (its first write, ZADD, is
+# one Redis refuses then) but not the cycle (whose first write frees memory), so
+# leases ran out on live workers and their jobs were claimed again and again.
+HEARTBEAT_OOM = "#!lua flags=allow-oom\n" + HEARTBEAT
+
 STATUS = (
     LIB
     + """

@@ -126,12 +126,14 @@ class RedisBackend(RedisOperating, views.RedisViews):
         self._blocker: aioredis.Redis | None = None
         self._waits: dict[str, _Wait] = {}
         self._due: dict[str, float] = {}  # per worker, the next due time last read
+        self._heartbeat = "heartbeat"  # (see heartbeat)
         self._scripts = {
             name: self.redis.register_script(source)
             for name, source in (
                 ("push", lua.PUSH),
                 ("cycle", lua.CYCLE),
-                ("heartbeat", lua.HEARTBEAT),
+                ("heartbeat", lua.HEARTBEAT_OOM),
+                ("heartbeat_before_7", lua.HEARTBEAT),
                 ("status", lua.STATUS),
                 ("info", views.INFO),
                 ("dead_move", lua.DEAD_MOVE),
@@ -234,7 +236,15 @@ class RedisBackend(RedisOperating, views.RedisViews):
         self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float
     ) -> list[str]:
         pairs = [v for pair in held for v in pair]
-        lost = await self._run("heartbeat", worker.id, lease, worker.to_json(), *pairs)
+        args = (worker.id, lease, worker.to_json(), *pairs)
+        try:
+            lost = await self._run(self._heartbeat, *args)
+        except redis.ResponseError as error:
+            if self._heartbeat != "heartbeat" or "#" not in str(error):
+                raise
+            # Redis before 7 reads no script flags (a "#!lua" line): the plain one.
+            self._heartbeat = "heartbeat_before_7"
+            lost = await self._run(self._heartbeat, *args)
         return list(lost)
 
     async def save_progress(

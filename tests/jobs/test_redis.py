@@ -197,3 +197,79 @@ async def test_info_counts_what_the_sets_hold_after_any_steps(
         if keys:
             await backend.redis.delete(*keys)
         await backend.close()
+
+
+@pytest.fixture
+def full_redis(tmp_path: Any) -> Any:
+    """A redis-server of this test's own, to fill to its maxmemory (a setting of the whole
+    server, so not the shared one's)."""
+    import shutil
+    import socket
+    import subprocess
+
+    import redis as redis_sync
+
+    binary = shutil.which("redis-server")
+    assert binary is not None, "redis-server is installed with Redis (make test installs it)"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    admin = redis_sync.Redis(port=port)
+    for _ in range(100):
+        try:
+            admin.ping()
+            break
+        except redis_sync.ConnectionError:
+            time.sleep(0.05)
+    yield port, admin
+    server.terminate()
+    server.wait(10)
+
+
+async def test_heartbeats_go_on_when_redis_is_at_maxmemory(full_redis: Any) -> None:
+    # At maxmemory (noeviction) Redis refused the heartbeat (its first write, ZADD,
+    # may grow memory) but not the cycle: leases ran out on live workers and their
+    # jobs were claimed again and again, each run's outcome refused.
+    from batchy.jobs import WorkerInfo
+    from batchy_contrib.jobs.redis import RedisBackend
+
+    port, admin = full_redis
+    store = RedisBackend(f"redis://127.0.0.1:{port}/0", prefix="full:")
+    await store.push([Envelope("j1", "default", '{"job": "x", "args": [], "kwargs": {}}')], 0.0)
+    (claim,) = await store.cycle([], ["default"], 1, "w1", 30.0, time.time())
+    used = int(admin.info("memory")["used_memory"])
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", used + 200_000)
+    with pytest.raises(Exception, match="maxmemory"):
+        for i in range(10_000):
+            admin.set(f"filler:{i}", "x" * 1000)
+    info = WorkerInfo("w1", "host", 1, ("default",), 1)
+    assert await store.heartbeat(info, [(claim.id, claim.token)], 30.0, time.time()) == []
+    await store.close()
+
+
+async def test_a_redis_before_7_gets_the_heartbeat_without_script_flags(rqueue: Queue) -> None:
+    # Redis 6 cannot compile a "#!lua flags=..." line: the plain heartbeat, from then on.
+    import redis as redis_sync
+
+    from batchy.jobs import WorkerInfo
+
+    store: Any = rqueue.backend
+    tried: list[str] = []
+
+    async def redis_6(**_: Any) -> Any:
+        tried.append("flags")
+        raise redis_sync.ResponseError(
+            "Error compiling script (new function): user_script:1: unexpected symbol near '#'"
+        )
+
+    store._scripts["heartbeat"] = redis_6
+    info = WorkerInfo("w1", "host", 1, ("default",), 1)
+    assert await store.heartbeat(info, [], 30.0, time.time()) == []
+    assert await store.heartbeat(info, [], 30.0, time.time()) == []
+    assert tried == ["flags"]  # asked once
