@@ -110,12 +110,13 @@ local function only(r, wanted)
   return r
 end
 -- The place after the cursor (c2 its index, c3 its id) in list `l`: where it was,
--- or among the places before it (claims took the list's head), or the start.
+-- or before it (claims took the list's head), or up to a budget after it (jobs
+-- handed back go to the head), or the start.
 local function resume(l)
   if c2 == '' then return 0 end
   local idx = tonumber(c2)
   if redis.call('LINDEX', l, idx) == c3 then return idx + 1 end
-  local pos = redis.call('LPOS', l, c3, 'MAXLEN', idx + 1)
+  local pos = redis.call('LPOS', l, c3, 'MAXLEN', idx + 1 + budget)
   return pos and pos + 1 or 0
 end
 if key ~= '' and state ~= 'dead' and state ~= 'done' then

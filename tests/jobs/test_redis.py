@@ -273,3 +273,29 @@ async def test_a_redis_before_7_gets_the_heartbeat_without_script_flags(rqueue: 
     assert await store.heartbeat(info, [], 30.0, time.time()) == []
     assert await store.heartbeat(info, [], 30.0, time.time()) == []
     assert tried == ["flags"]  # asked once
+
+
+async def test_a_queued_listing_goes_on_after_a_job_is_handed_back_to_the_head(
+    rqueue: Queue,
+) -> None:
+    # A job handed back (a stopping worker's release, a lease run out) goes to the
+    # head of its queue: the cursor's job moved one place on, the listing looked
+    # for it only before its old place, and page 2 started again at the top.
+    from batchy.jobs import Admin
+
+    store: Any = rqueue.backend
+
+    @rqueue.job(name="j")
+    async def j(i: int) -> None:
+        return None
+
+    await j.enqueue(-1)
+    (running,) = await store.cycle([], ["default"], 1, "w1", 30.0, time.time())
+    await rqueue.enqueue_many(j.call(i) for i in range(120))
+    admin = Admin(rqueue)
+    first = await admin.jobs("queued", limit=50)
+    release = Outcome(running.id, "release", token=running.token)
+    await store.cycle([release], ["default"], 0, "w1", 30.0, time.time())
+    second = await admin.jobs("queued", after=first.next, limit=50)
+    assert {x.id for x in first.jobs} & {x.id for x in second.jobs} == set()
+    assert len(second.jobs) == 50
