@@ -127,6 +127,7 @@ class RedisBackend(RedisOperating, views.RedisViews):
         self._waits: dict[str, _Wait] = {}
         self._due: dict[str, float] = {}  # per worker, the next due time last read
         self._heartbeat = "heartbeat"  # (see heartbeat)
+        self._blpop_lost: dict[str, float] = {}  # per worker, when its BLPOP last dropped
         self._scripts = {
             name: self.redis.register_script(source)
             for name, source in (
@@ -301,7 +302,17 @@ class RedisBackend(RedisOperating, views.RedisViews):
         if wait.task.done():
             if self._waits.get(worker) is wait:
                 del self._waits[worker]
-            token = wait.task.result()  # a failed BLPOP raises: the worker polls instead
+            try:
+                token = wait.task.result()  # a failed BLPOP raises: the worker polls instead
+            except redis.ConnectionError:
+                # Its connection dropped (CLIENT KILL, a proxy's idle timeout): the
+                # worker looks at the store now and waits again on a new one, which
+                # fails too, and is raised, if Redis itself is gone.
+                last = self._blpop_lost.get(worker, -math.inf)
+                self._blpop_lost[worker] = loop.time()
+                if loop.time() - last < 2 * timeout + 5.0:
+                    raise
+                token = None
             if token is None or token[1] not in ("1", b"1"):
                 self._due.pop(worker, None)
 

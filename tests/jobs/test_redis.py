@@ -299,3 +299,50 @@ async def test_a_queued_listing_goes_on_after_a_job_is_handed_back_to_the_head(
     second = await admin.jobs("queued", after=first.next, limit=50)
     assert {x.id for x in first.jobs} & {x.id for x in second.jobs} == set()
     assert len(second.jobs) == 50
+
+
+async def test_an_idle_workers_dropped_wait_connection_costs_no_poll_interval(
+    redis_server: tuple[str, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A CLIENT KILL of the connection an idle worker waits on (or a proxy's idle
+    # timeout) made it poll: the next job waited a whole poll_interval, and a
+    # warning with a traceback said waiting had failed, with Redis up throughout.
+    import redis as redis_sync
+
+    from batchy_contrib.jobs.redis import RedisBackend
+
+    host, port = redis_server
+    db = 15  # a db of this test's alone: its BLPOPs are the ones killed
+    rqueue = Queue(RedisBackend(f"redis://{host}:{port}/{db}", prefix="dropped:"))
+    admin = redis_sync.Redis(host=host, port=port, db=db)
+    admin.flushdb()
+    started: dict[int, float] = {}
+
+    @rqueue.job(name="ping", keep_result=0)
+    async def ping(n: int) -> None:
+        started[n] = time.monotonic()
+
+    worker = Worker(rqueue, concurrency=2, poll_interval=10.0)
+    task = asyncio.create_task(worker.run())
+    try:
+        await ping.enqueue(0)
+        while 0 not in started:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # idle: waiting on its BLPOP
+        killed = [c for c in admin.client_list() if c["cmd"] == "blpop" and c["db"] == str(db)]
+        assert killed
+        for client in killed:
+            admin.client_kill_filter(_id=client["id"])
+        await asyncio.sleep(0.3)
+        sent = time.monotonic()
+        await ping.enqueue(1)
+        while 1 not in started and time.monotonic() - sent < 12:
+            await asyncio.sleep(0.01)
+        assert started[1] - sent < 5  # not the poll interval's 10 s
+        assert "waiting for new work failed" not in caplog.text
+    finally:
+        worker.stop()
+        await task
+        await rqueue.close()
+        admin.flushdb()
+        admin.close()
