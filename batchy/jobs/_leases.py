@@ -38,6 +38,9 @@ class _Lease:
     # Its outcome went out in a turn whose answer never came: that turn may have
     # applied it, so a refusal of the outcome handed in again says nothing.
     unsure: bool = False
+    # Its outcome is out in a turn not answered yet: a heartbeat the store ran
+    # after that turn is refused (the job is done), which says nothing either.
+    sent: bool = False
 
 
 class Leases:
@@ -82,7 +85,7 @@ class Leases:
             if lease is None:
                 continue  # settled while the heartbeat was on its way
             if claim[0] in refused:
-                if not lease.unsure:  # (else its outcome's refusal says it, in settle)
+                if not (lease.unsure or lease.sent):  # (else settle says it, if so)
                     self._lose(lease, "its heartbeat was refused")
             else:
                 lease.until = sent + self.lease
@@ -115,6 +118,13 @@ class Leases:
     def drop(self, claim: Claim) -> None:
         """Forget ``claim`` without an outcome (its run was cancelled or crashed)."""
         self._held.pop(claim, None)
+
+    def sending(self, outcomes: Sequence[Outcome]) -> None:
+        """``outcomes`` go out in a turn: their claims wait for its answer (see ``renewed``)."""
+        for outcome in outcomes:
+            lease = self._held.get((outcome.id, outcome.token))
+            if lease is not None:
+                lease.sent = True
 
     def unanswered(self, outcomes: Sequence[Outcome]) -> None:
         """``outcomes`` went out in a turn that failed: the store may have applied them."""

@@ -246,6 +246,7 @@ class Worker:
             # A wake-up from here on may be for work this cycle misses: look again.
             self._store_wait.signalled = False
             outcomes, self._outcomes = self._outcomes, []
+            self._leases.sending(outcomes)
             sent = time.monotonic()  # the store starts the new leases no earlier
             try:
                 turn: Awaitable[Claims] = backend.cycle(

@@ -311,3 +311,28 @@ async def test_a_pause_just_before_the_handler_begins_never_begins_it(
     assert paused == [handle.id] and runs == ["run"]  # once, not also in the lost claim
     (line,) = lost_lines(caplog)
     assert f"lost job {handle.id} (" in line and "its lease ran out before its run began" in line
+
+
+def test_a_heartbeat_refused_after_the_turn_that_finished_the_job_is_no_lost_lease(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The store ran a heartbeat after the turn that applied the job's outcome (the
+    # two cross on their way), so it refused the claim; the worker read that answer
+    # first and logged "lost job ... the store gave it to another worker" for a
+    # job that had just ended well (67 times in 20,000 jobs on a busy machine).
+    import time as clock
+
+    from batchy.jobs import JSONSerializer, Outcome
+    from batchy.jobs._leases import Leases
+    from batchy.jobs._model import Claimed
+
+    leases = Leases("w1", 30.0, JSONSerializer())
+    claim = leases.add(Claimed("j1", "default", '{"job": "x"}', "t1"), clock.monotonic())
+    outcome = leases.finished(claim, Outcome("j1", "done", token="t1"))
+    assert outcome is not None
+    leases.sending([outcome])
+    with caplog.at_level("WARNING", logger="batchy.jobs"):
+        leases.renewed([claim], ["j1"], clock.monotonic())  # the heartbeat's answer first
+        leases.settle([outcome], [])  # then the turn's: applied
+    assert caplog.records == []
+    assert not leases.holds(claim)
