@@ -32,7 +32,7 @@ from batchy.jobs import ConfigError, Envelope
 
 from .._pg_idle import server_ended
 from ._postgres_schema import Names, ensure_sync
-from ._postgres_sql import KEY_WAIT_SECONDS
+from ._postgres_sql import KEY_WAIT_SECONDS, RECONNECT_WITHIN
 
 __all__ = ["PUSH", "PUSH_ONE", "SERVER_ID", "PostgresPushing", "first_text"]
 
@@ -194,6 +194,7 @@ class PostgresPushing:
                 max_size=self.pool_size,
                 kwargs={"autocommit": True},
                 check=still_open,
+                reconnect_timeout=RECONNECT_WITHIN,  # as the store's own pool (see there)
                 open=False,
             )
             try:

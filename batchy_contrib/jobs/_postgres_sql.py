@@ -152,6 +152,10 @@ ALTER FUNCTION {s}.retry_dead(text[]) SET enable_seqscan = off SET jit = off;
 # the push returns, too. The heartbeat skips the rows a turn holds, and a retry of
 # all dead jobs leaves a dead job whose id is a live job's again in the dead set.
 KEY_WAIT_SECONDS = 10
+
+#: Seconds psycopg_pool tries to replace a lost connection before it leaves it to
+#: the next call that needs one (the store's pools; see PostgresBackend._open).
+RECONNECT_WITHIN = 2.0
 KEY_WAIT = f"'{KEY_WAIT_SECONDS}s'"
 _KEY_WAIT = f"""
 ALTER FUNCTION {{s}}.push(text[], text[], text[], float8[], text[], float8[], text[])

@@ -69,12 +69,9 @@ from ._postgres_later import PutOff
 from ._postgres_listen import Listener
 from ._postgres_push import PUSH, PUSH_ONE, SERVER_ID, PostgresPushing, first_text
 from ._postgres_schema import MigrationTimeout, Names, SchemaVersionError, ensure_async
+from ._postgres_sql import RECONNECT_WITHIN
 
 __all__ = ["MigrationTimeout", "PostgresBackend", "SchemaVersionError"]
-
-#: Seconds psycopg_pool tries to replace a lost connection before it leaves it to
-#: the next call that needs one.
-RECONNECT_WITHIN = 2.0
 
 _CYCLE = "SELECT * FROM {s}.cycle(%s::jsonb, %s::text[], %s, %s, %s, %s, %s, %s, %s)"
 
