@@ -131,6 +131,18 @@ def current_stats() -> RequestStats | None:
 
 
 @contextlib.contextmanager
+def serving(stats: RequestStats) -> Iterator[RequestStats]:
+    """Back in ``stats``' request after :func:`track` ended: a streamed response's body
+    (which the server reads after the view returned) loads with the request's scope."""
+    token = _current.set(stats)
+    try:
+        with stats.scope:
+            yield stats
+    finally:
+        _current.reset(token)
+
+
+@contextlib.contextmanager
 def track(name: str, *, log_stats: bool = False) -> Iterator[RequestStats]:
     """Give the block a new :class:`batchy.Scope` and count what batchy does in it.
 
@@ -142,28 +154,14 @@ def track(name: str, *, log_stats: bool = False) -> Iterator[RequestStats]:
     """
     stats = RequestStats(name, batchy.Scope(name))
     ident = _collector.enter(stats)
-    token = _current.set(stats)
     try:
-        with stats.scope:
+        with serving(stats):
             yield stats
     finally:
-        _current.reset(token)
         _collector.exit(stats, ident)
         stats.duration = time.perf_counter() - stats.started
         if log_stats:
             log.info("%s", stats.summary())
-
-
-@contextlib.contextmanager
-def serving(stats: RequestStats) -> Iterator[RequestStats]:
-    """Back in ``stats``' request after :func:`track` ended: a streamed response's body
-    (which the server reads after the view returned) loads with the request's scope."""
-    token = _current.set(stats)
-    try:
-        with stats.scope:
-            yield stats
-    finally:
-        _current.reset(token)
 
 
 def run(aw: Awaitable[T]) -> T:
