@@ -244,7 +244,13 @@ class Batch(Askers):
         woke = False
         for fut, value in zip(futs, values, strict=True):
             if isinstance(value, _NOT_VALUES):
-                fut._set_exception(self._not_value(keys[futs.index(fut)], value))
+                # (A coroutine is rare: only then is its key looked up, at a cost.)
+                failure = (
+                    value
+                    if isinstance(value, BaseException)
+                    else self._coroutine(keys[futs.index(fut)], value)
+                )
+                fut._set_exception(failure)
                 failed.append(fut)
                 continue
             # Future._set_result, inlined: this runs once per key.
@@ -280,12 +286,8 @@ class Batch(Askers):
             self._evict(failed)
         return None
 
-    def _not_value(
-        self, key: Any, value: BaseException | types.CoroutineType[Any, Any, Any]
-    ) -> BaseException:
-        """What fails ``key`` whose value was an exception, or a coroutine never awaited."""
-        if isinstance(value, BaseException):
-            return value
+    def _coroutine(self, key: Any, value: types.CoroutineType[Any, Any, Any]) -> LoaderError:
+        """What fails ``key``, whose value was a coroutine never awaited."""
         value.close()  # (no "never awaited" warning, far from its cause)
         return LoaderError(
             f"loader {self.loader.name!r} returned a coroutine ({value.__qualname__}) as the "
