@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,11 +16,11 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar, cast
 
 from pymemcache import exceptions as mc
-from pymemcache.client.base import Client
 
 import batchy
 from batchy import InvalidKeyError, UsageError, short_repr
 
+from ._clients import call_alone, server_of
 from ._keys import memcached_key, unsupported
 
 __all__ = ["CacheStats", "ReadThrough"]
@@ -48,13 +47,6 @@ def _refused_request(error: BaseException) -> bool:
     if isinstance(error, mc.MemcacheUnexpectedCloseError):
         return False
     return isinstance(error, (mc.MemcacheServerError, mc.MemcacheClientError))
-
-
-def _server(client: Any) -> str:
-    server = getattr(client, "server", None)
-    if isinstance(server, tuple) and len(server) == 2:
-        return f"{server[0]}:{server[1]}"
-    return str(server) if server is not None else repr(client)
 
 
 @dataclass
@@ -116,12 +108,10 @@ class ReadThrough(batchy.Loader[K, V]):
         self.timeout = timeout
         self.retry_after = retry_after
         self.cache_none = cache_none
-        self.server = _server(client)
+        self.server = server_of(client)
         self.stats = CacheStats()
         self._down_until = 0.0
         self._unserializable_seen: set[type] = set()  # value types already logged as a warning
-        # A plain pymemcache Client is one socket: never let two threads use it at once.
-        self._lock: threading.Lock | None = threading.Lock() if type(client) is Client else None
 
     def __repr__(self) -> str:
         return f"<batchy_contrib.cache.memcache.ReadThrough {self.name} at {self.server}>"
@@ -149,10 +139,7 @@ class ReadThrough(batchy.Loader[K, V]):
             return "skipped", None
 
         def call() -> Any:
-            if self._lock is None:
-                return fn(*args)
-            with self._lock:
-                return fn(*args)
+            return call_alone(self.client, fn, *args)
 
         loop = asyncio.get_running_loop()
         try:
@@ -294,7 +281,7 @@ class ReadThrough(batchy.Loader[K, V]):
         mkeys = [self.memcache_key(k) for k in keys]  # before anything is forgotten
         self._clear_scope(keys)
         try:
-            self.client.delete_many(mkeys, noreply=False)
+            call_alone(self.client, self.client.delete_many, mkeys, noreply=False)
         except Exception as error:
             return self._delete_failed(keys, error)
         self.stats.deletes += len(keys)
@@ -308,7 +295,8 @@ class ReadThrough(batchy.Loader[K, V]):
         try:
             async with asyncio.timeout(self.timeout):
                 await loop.run_in_executor(
-                    _executor(), lambda: self.client.delete_many(mkeys, noreply=False)
+                    _executor(),
+                    lambda: call_alone(self.client, self.client.delete_many, mkeys, noreply=False),
                 )
         except Exception as error:
             return self._delete_failed(keys, error)

@@ -22,7 +22,8 @@ not written, and it is logged as what it is.
 
 The cache stores each key under a canonical, type-tagged text, so two distinct
 keys never share an entry; keys of other types need ``key=``. This module is the
-public face: the cache is ``_read_through``, the key encoding ``_cache_keys``.
+public face: the cache is ``_read_through``, the key encoding ``_keys``, the
+clients' locks ``_clients``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ import batchy
 from batchy import InvalidKeyError, LoaderError, UsageError, short_repr
 
 from ..errors import DataSourceError
+from ._clients import call_alone, server_of
 from ._keys import not_text, safe_key
-from ._read_through import CacheStats, ReadThrough, _server
+from ._read_through import CacheStats, ReadThrough
 
 __all__ = [
     "CacheStats",
@@ -104,7 +106,7 @@ def loader(
         sessions = memcache.loader(client, prefix="session:")
         session = await sessions(token)
     """
-    host = _server(client)
+    host = server_of(client)
 
     def get_many(keys: list[Any]) -> list[Any]:
         values: list[Any] = [default] * len(keys)
@@ -118,7 +120,7 @@ def loader(
         if not wanted:
             return values
         try:
-            found = client.get_many(list(wanted))
+            found = call_alone(client, client.get_many, list(wanted))
         except Exception as error:
             asked = [keys[i] for where in wanted.values() for i in where]
             failure = DataSourceError(

@@ -350,3 +350,36 @@ async def test_a_single_socket_client_is_used_by_one_thread_at_a_time(
     for _ in range(3):
         assert await load(users, keys) == [DATA[k] for k in keys]
     assert users.stats.errors == 0 and users.stats.hits == 18
+
+
+async def test_loaders_sharing_a_single_socket_client_take_turns(
+    memcached: tuple[str, int], prefix: str
+) -> None:
+    """Two caches and a get_many loader over one plain Client: never two threads on its socket.
+
+    With a lock per cache, the caches' calls of one round ran at once on the one
+    socket: each read the other's replies (``STORED`` for a get, a closed file),
+    counted it as memcached failing and stopped using memcached.
+    """
+    from pymemcache import serde
+    from pymemcache.client.base import Client
+
+    plain = Client(memcached, serde=serde.pickle_serde, timeout=2)
+    caches = [
+        memcache.cached(make_inner(f"users{j}"), plain, prefix=f"{prefix}{j}:", timeout=2)
+        for j in range(4)
+    ]
+    for j in range(4):
+        plain.set(f"{prefix}raw{j}", f"raw{j}")
+    raw = memcache.loader(plain, prefix=f"{prefix}raw", max_batch_size=1)
+    keys = list(range(1, 10))
+    for _ in range(5):
+        for c in caches:  # a fresh round of misses and write-backs each time
+            await c.adelete(*keys)
+        async with batchy.scope():
+            got = await batchy.gather(
+                *(batchy.gather(*(c(k) for k in keys)) for c in caches),
+                batchy.gather(*(raw(str(j)) for j in range(4))),
+            )
+        assert got == [[DATA[k] for k in keys]] * 4 + [[f"raw{j}" for j in range(4)]]
+    assert [c.stats.errors for c in caches] == [0] * 4

@@ -1,0 +1,63 @@
+"""Which memcached clients may be used by two threads at once, and the one lock of each other one.
+
+Why one lock per client, not per loader: a pymemcache ``Client`` is one socket,
+and every loader and cache given that client calls it from worker threads. Two
+calls at once interleave their commands and replies on the socket: one reads
+the other's ``STORED`` or ``VALUE`` lines, or a socket the other just closed.
+So every user of one such client takes the same lock, found here by the client.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pymemcache.client.base import PooledClient
+from pymemcache.client.hash import HashClient
+
+__all__ = ["call_alone", "server_of"]
+
+T = TypeVar("T")
+
+_locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_strong: dict[int, tuple[Any, threading.Lock]] = {}  # clients that take no weak reference
+_guard = threading.Lock()
+
+
+def _thread_safe(client: Any) -> bool:
+    """A pool of sockets (a thread takes one at a time); anything else may be one socket."""
+    if isinstance(client, PooledClient):
+        return True
+    return isinstance(client, HashClient) and bool(getattr(client, "use_pooling", False))
+
+
+def _lock(client: Any) -> threading.Lock | None:
+    if _thread_safe(client):
+        return None
+    with _guard:
+        try:
+            lock = _locks.get(client)
+            if lock is None:
+                lock = _locks[client] = threading.Lock()
+        except TypeError:  # no weak references: keep it (and its lock) for good
+            lock = _strong.setdefault(id(client), (client, threading.Lock()))[1]
+    return lock
+
+
+def call_alone(client: Any, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` while no other thread uses ``client``, unless it is thread-safe."""
+    lock = _lock(client)
+    if lock is None:
+        return fn(*args, **kwargs)
+    with lock:
+        return fn(*args, **kwargs)
+
+
+def server_of(client: Any) -> str:
+    """``host:port`` of a client, for messages."""
+    server = getattr(client, "server", None)
+    if isinstance(server, tuple) and len(server) == 2:
+        return f"{server[0]}:{server[1]}"
+    return str(server) if server is not None else repr(client)
