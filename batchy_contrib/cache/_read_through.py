@@ -22,6 +22,7 @@ from batchy import InvalidKeyError, UsageError, short_repr
 
 from ._clients import call_alone, server_of
 from ._keys import memcached_key, unsupported
+from ._serde import Unreadable
 
 __all__ = ["CacheStats", "ReadThrough"]
 
@@ -190,10 +191,14 @@ class ReadThrough(batchy.Loader[K, V]):
                 self.stats.skipped += len(asked)
         missing: list[int] = []
         for i, mk in asked.items():
-            if mk in found:
-                values[i] = found[mk]
-            else:
+            if mk not in found:
                 missing.append(i)
+            elif isinstance(value := found[mk], Unreadable):
+                # Never served: reloaded like a miss, and the write-back replaces it.
+                self._unreadable(keys[i], value)
+                missing.append(i)
+            else:
+                values[i] = value
         if ok:
             self.stats.hits += len(asked) - len(missing)
         if not missing:
@@ -248,6 +253,18 @@ class ReadThrough(batchy.Loader[K, V]):
             except Exception as error:
                 bad[mk] = error
         return bad
+
+    def _unreadable(self, key: K, entry: Unreadable) -> None:
+        log.warning(
+            "loader %r found an entry for key %s in memcached at %s that cannot be read "
+            "(%s); loading the key from %r and writing it again. Change prefix= when the "
+            "values' format changes, and give caches that share a memcached their own prefix",
+            self.name,
+            short_repr(key),
+            self.server,
+            entry.reason,
+            self.inner.name,
+        )
 
     def _not_stored(self, key: K, value: Any, error: Exception) -> None:
         """Log a value that cannot be serialized: a warning per value type, then at DEBUG."""

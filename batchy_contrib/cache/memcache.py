@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pymemcache import serde
 from pymemcache.client.base import PooledClient
 
 import batchy
@@ -41,6 +40,7 @@ from ..errors import DataSourceError
 from ._clients import call_alone, server_of
 from ._keys import not_text, safe_key
 from ._read_through import CacheStats, ReadThrough
+from ._serde import Unreadable, serde
 
 __all__ = [
     "CacheStats",
@@ -69,13 +69,15 @@ def connect(
 
     The timeouts are short on purpose: a cache that answers late is worse than
     no cache. Values are pickled, so only point it at a memcached you trust.
+    An entry that cannot be unpickled (its class was renamed since) is a miss
+    for :func:`cached` and an error for :func:`loader`, never ``None``.
     """
     host, sep, port = server.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise UsageError(f"memcache.connect() takes 'host:port', got {server!r}")
     return PooledClient(
         (host, int(port)),
-        serde=serde.pickle_serde,
+        serde=serde,
         timeout=timeout,
         connect_timeout=connect_timeout,
         max_pool_size=max_pool_size,
@@ -136,8 +138,12 @@ def loader(
                 for i in where:
                     values[i] = failure
             return values
-        for mk, value in found.items():
-            for i in wanted.get(mk, ()):
+        for mk, found_value in found.items():
+            where = wanted.get(mk, [])
+            value = found_value
+            if isinstance(value, Unreadable):
+                value = _unreadable(name, host, [keys[i] for i in where], value)
+            for i in where:
                 values[i] = value
         return values
 
@@ -148,6 +154,17 @@ def loader(
         max_batch_size=max_batch_size,
         default=default,
         key=key,
+    )
+
+
+def _unreadable(name: str, host: str, keys: list[Any], entry: Unreadable) -> DataSourceError:
+    return DataSourceError(
+        f"loader {name!r} found an entry for key {short_repr(keys[0])} in memcached at {host} "
+        f"that cannot be read ({entry.reason}); whoever wrote it used another format: write "
+        "it again, or read it with a client whose serde matches the writer's",
+        loader=name,
+        keys=keys,
+        host=host,
     )
 
 

@@ -383,3 +383,58 @@ async def test_loaders_sharing_a_single_socket_client_take_turns(
             )
         assert got == [[DATA[k] for k in keys]] * 4 + [[f"raw{j}" for j in range(4)]]
     assert [c.stats.errors for c in caches] == [0] * 4
+
+
+class Renamed:
+    """A value whose class a later deploy renames: its pickles no longer load."""
+
+
+@pytest.mark.parametrize(
+    "stored, flags",
+    [
+        (b"\x80\x05garbage", 1),  # a pickle cut short
+        ("pickle of a class since renamed", 1),
+        (b"\x78\x9c compressed", 8),  # another serializer's flags
+        (b"\xff\xfe", 16),  # text that is no UTF-8
+        (b"12x", 2),  # an int that is none
+    ],
+)
+async def test_an_entry_that_cannot_be_read_is_a_miss_never_none(
+    client: Any, prefix: str, caplog: pytest.LogCaptureFixture, stored: Any, flags: int
+) -> None:
+    """pymemcache's own serde reads a bad pickle as None: the cache said "no such row"."""
+    import pickle
+
+    from pymemcache.client.base import Client
+
+    if isinstance(stored, str):
+        stored = pickle.dumps(Renamed()).replace(b"Renamed", b"Remaned")
+    inner = make_inner()
+    users = memcache.cached(inner, client, prefix=prefix)
+    Client(client.server).set(users.memcache_key(2), stored, flags=flags)
+    with caplog.at_level(logging.WARNING, logger="batchy_contrib.cache.memcache"):
+        with record() as rec:
+            assert await load(users, [1, 2]) == [DATA[1], DATA[2]]
+            assert await load(users, [1, 2]) == [DATA[1], DATA[2]]  # written again
+    assert rec.calls(inner) == [[1, 2]]
+    assert users.stats.errors == 0
+    message = caplog.records[0].getMessage()
+    assert message.startswith(
+        f"loader 'cached(users)' found an entry for key 2 in memcached at {users.server} "
+        "that cannot be read ("
+    )
+    assert message.endswith(
+        "); loading the key from 'users' and writing it again. Change prefix= when the values' "
+        "format changes, and give caches that share a memcached their own prefix"
+    )
+
+    raw = memcache.loader(client, prefix=prefix, name="raw")
+    Client(client.server).set(f"{prefix}bad", stored, flags=flags)
+    client.set(f"{prefix}good", "fine")
+    got = await load(raw, ["bad", "good"])
+    assert got[1] == "fine"
+    assert isinstance(got[0], DataSourceError)
+    assert str(got[0]).startswith(
+        f"loader 'raw' found an entry for key 'bad' in memcached at {users.server} that "
+        "cannot be read ("
+    )
