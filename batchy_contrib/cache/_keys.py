@@ -38,6 +38,7 @@ __all__ = [
     "UnsupportedKey",
     "canonical",
     "escape",
+    "exact_key",
     "memcached_key",
     "not_text",
     "safe_key",
@@ -183,6 +184,20 @@ _ENCODERS: dict[type, Callable[[Any], str]] = {
 def memcached_key(prefix: str, key: Any) -> str:
     """The memcached key of ``key`` in the cache whose keys start with ``prefix``."""
     return safe_key(prefix + escape(canonical(key)))
+
+
+def exact_key(prefix: str, key: Any) -> str:
+    """The memcached key of ``key`` told apart from every key of another type or ``repr``.
+
+    For an inner loader whose ``key=`` gives what :func:`canonical` refuses: any
+    ``key=`` is a function of the key, so keys of one exact type and one ``repr``
+    (one value, for the supported types) have one cache key; and keys that
+    :func:`canonical` makes one (``Decimal("1.0")``, ``Decimal("1")``) stay
+    apart by their ``repr``. The ``r`` tag is no other text's first letter, and
+    the canonical text is length-prefixed, as a tuple's items are.
+    """
+    text = canonical(key)
+    return safe_key(prefix + escape(f"r{len(text)}|{text}{key!r}"))
 
 
 # -- the errors of keys that have no memcached key ------------------------------------

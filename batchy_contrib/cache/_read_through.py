@@ -21,7 +21,7 @@ import batchy
 from batchy import InvalidKeyError, UsageError, short_repr
 
 from ._clients import call_alone, server_of
-from ._keys import memcached_key, unsupported
+from ._keys import UnsupportedKey, exact_key, memcached_key, unsupported
 from ._serde import Unreadable
 
 __all__ = ["CacheStats", "ReadThrough"]
@@ -100,6 +100,7 @@ class ReadThrough(batchy.Loader[K, V]):
         fn = cast(Callable[[list[K]], Any], self._read_through)
         # key=, else the inner loader's key=, makes both our scope's cache keys and the
         # memcached keys: keys batchy treats as one are one entry, and no others are.
+        self._inherited_key = key is None and inner.key_fn is not None
         key = inner.key_fn if key is None else key
         super().__init__(fn, name=name, max_batch_size=max_batch_size, key=key)
         self.inner = inner
@@ -130,6 +131,14 @@ class ReadThrough(batchy.Loader[K, V]):
                 ck = self.key_fn(key)
             return memcached_key(self.prefix, ck)
         except Exception as error:
+            if self._inherited_key and ck is not key:
+                # The inner loader's key= may return what has no text (the SQL
+                # loaders tell 1.0 from 1 with a private marker); the key's exact
+                # text is as fine as any key= of it, so no two of its keys meet.
+                try:
+                    return exact_key(self.prefix, key)
+                except UnsupportedKey:
+                    pass
             raise unsupported(self.name, key, ck, error) from error
 
     # -- memcached calls, on a worker thread, never failing -------------------------

@@ -438,3 +438,51 @@ async def test_an_entry_that_cannot_be_read_is_a_miss_never_none(
         f"loader 'raw' found an entry for key 'bad' in memcached at {users.server} that "
         "cannot be read ("
     )
+
+
+async def test_a_sql_loader_is_cached_with_float_bool_and_datetime_keys(
+    client: Any, prefix: str, tmp_path: Any
+) -> None:
+    """db.one()'s key= tells 1.0 from 1 with a marker memcached has no text for: every such
+    key failed with InvalidKeyError. Now each has an entry of its own, as exact as key=."""
+    import datetime as dt
+    import sqlite3
+    from decimal import Decimal
+
+    from batchy_contrib.sql import sqlite
+
+    path = str(tmp_path / "t.db")
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (k, v TEXT)")
+        conn.executemany(
+            "INSERT INTO t VALUES (?, ?)",
+            [(1, "one"), (1.5, "one and a half"), ("2020-01-02 03:04:05", "when")],
+        )
+    by_k = sqlite.Database(path).one("t", "k")
+    cached = memcache.cached(by_k, client, prefix=prefix)
+    keys: list[Any] = [1, 1.0, True, 1.5, dt.datetime(2020, 1, 2, 3, 4, 5), -0.0, 0.0]
+    plain = await load(by_k, keys)
+    assert [r and r["v"] for r in plain] == [
+        "one",
+        "one",
+        "one",
+        "one and a half",
+        "when",
+        None,
+        None,
+    ]
+    with record() as rec:
+        assert await load(cached, keys) == plain
+        assert await load(cached, keys) == plain
+    assert rec.calls(by_k) == [keys]
+    assert cached.stats.hits == len(keys)
+
+    # The entries are as fine as key=: Decimals of one value but two texts stay apart.
+    @batchy.batched(name="texts", key=lambda k: (object, repr(k)))
+    async def texts(ks: list[Any]) -> list[str]:
+        return [str(k) for k in ks]
+
+    cached_texts = memcache.cached(texts, client, prefix=prefix + "texts:")
+    for _ in range(2):
+        assert await load(cached_texts, [Decimal("1.0"), Decimal("1")]) == ["1.0", "1"]
+    assert cached_texts.memcache_key(Decimal("1.0")) != cached_texts.memcache_key(Decimal("1"))

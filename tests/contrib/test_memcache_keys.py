@@ -28,7 +28,7 @@ import batchy
 from batchy import InvalidKeyError
 from batchy.testing import record
 from batchy_contrib.cache import memcache
-from batchy_contrib.cache._keys import canonical, escape, memcached_key, safe_key
+from batchy_contrib.cache._keys import canonical, escape, exact_key, memcached_key, safe_key
 
 # -- the encoding, as properties --------------------------------------------------------
 
@@ -151,6 +151,18 @@ def test_distinct_keys_never_share_an_entry(batch: list[Any]) -> None:
     for i, (a, ma) in enumerate(zip(batch, mkeys, strict=True)):
         for b, mb in zip(batch[i + 1 :], mkeys[i + 1 :], strict=True):
             assert (ma == mb) == same(a, b), (a, b, ma)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(keys, max_size=8))
+def test_exact_keys_meet_only_each_other_and_never_a_canonical_one(batch: list[Any]) -> None:
+    """The fallback of an inner key= without text: one entry per type and repr, its own space."""
+    for a in batch:
+        assert exact_key("t:", a) != memcached_key("t:", a)
+        for b in batch:
+            same_text = type(a) is type(b) and repr(a) == repr(b)
+            assert (exact_key("t:", a) == exact_key("t:", b)) == same_text, (a, b)
+            assert exact_key("t:", a) != memcached_key("t:", b)
 
 
 # Keys that are equal, or nearly: 1 and True, a tuple and the texts of its items, an
