@@ -303,3 +303,8 @@ def _version(row: object) -> int | None:
     if isinstance(row, tuple) and row and isinstance(row[0], int):
         return row[0]
     return None
+
+
+# Tracebacks show the public path to import and catch, not this private module.
+for _cls in (SchemaVersionError, MigrationTimeout):
+    _cls.__module__ = "batchy_contrib.jobs.postgres"

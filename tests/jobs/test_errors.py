@@ -35,6 +35,27 @@ def test_errors_are_batchy_errors() -> None:
     assert issubclass(SerializationError, TypeError)
 
 
+@pytest.mark.parametrize("public", ["batchy.jobs", "batchy_contrib.jobs.postgres"])
+def test_errors_show_their_public_path(public: str) -> None:
+    # A traceback names the class as the user imports and catches it
+    # (batchy.jobs.SerializationError), not the private module that defines it.
+    import importlib
+    import pickle
+
+    module = importlib.import_module(public)
+    errors = [
+        obj
+        for name in module.__all__
+        if isinstance(obj := getattr(module, name), type) and issubclass(obj, BaseException)
+    ]
+    assert errors
+    for cls in errors:
+        if not cls.__module__.startswith("batchy"):
+            continue  # a driver's own error, re-exported as a convenience
+        assert f"{cls.__module__}.{cls.__qualname__}" == f"{public}.{cls.__name__}"
+        assert pickle.loads(pickle.dumps(cls)) is cls  # the path is importable
+
+
 async def test_unserializable_argument(queue: Queue) -> None:
     @queue.job(name="mail.send")
     async def send(to: object) -> None: ...
