@@ -37,12 +37,25 @@ __all__ = ["load_app", "main"]
 def load_app(spec: str | None) -> Queue:
     """Import ``module:attribute`` and return the :class:`Queue` it names."""
     spec = spec or os.environ.get("BATCHY_APP")
-    if not spec or ":" not in spec:
+    if not spec:
+        raise ConfigError(
+            "no app given: name the batchy.jobs.Queue as 'module:attribute', "
+            "e.g. `batchy worker myapp.jobs:queue`, or set BATCHY_APP=myapp.jobs:queue"
+        )
+    if ":" not in spec:
         raise ConfigError(
             f"app {spec!r} is not 'module:attribute' naming a batchy.jobs.Queue; "
             "e.g. `batchy worker myapp.jobs:queue` (or set BATCHY_APP)"
         )
     module_name, attr = spec.split(":", 1)
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        # A file path is the first guess of many (uvicorn and Celery take modules too).
+        path = module_name.removesuffix(".py").replace(os.sep, "/").strip("./")
+        dotted = path.replace("/", ".")
+        raise ConfigError(
+            f"app {spec!r}: {module_name!r} is a file path; name the module as Python "
+            f"imports it, from the directory that contains it: {dotted}:{attr}"
+        )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -56,13 +69,26 @@ def load_app(spec: str | None) -> Queue:
         ) from error
     except Exception as error:  # the app's own code failed: say where, in one line
         raise _import_failed(spec, module_name, error) from error
-    queue = getattr(module, attr, None)
+    queue = getattr(module, attr, _MISSING)
     if not isinstance(queue, Queue):
+        found = sorted(name for name, v in vars(module).items() if isinstance(v, Queue))
+        where = (
+            f"it holds: {', '.join(f'{module_name}:{name}' for name in found)}"
+            if found
+            else "it holds none; point at the module that declares the Queue"
+        )
+        what = (
+            f"module {module_name!r} has no attribute {attr!r}"
+            if queue is _MISSING
+            else f"{module_name}.{attr} is {queue!r}, not a batchy.jobs.Queue"
+        )
         raise ConfigError(
-            f"app {spec!r}: {module_name}.{attr} is {queue!r}, not a batchy.jobs.Queue; "
-            "point at the Queue object your jobs are declared on"
+            f"app {spec!r}: {what}; point at the Queue object your jobs are declared on ({where})"
         )
     return queue
+
+
+_MISSING = object()
 
 
 def _import_failed(spec: str, module_name: str, error: Exception) -> ConfigError:
@@ -144,6 +170,15 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _worker(args: argparse.Namespace) -> int:
     queue = load_app(args.app)
+    if not queue.jobs:
+        # Jobs are often declared in other modules than the queue; if the app's module does
+        # not import them, the worker would claim every job and find none of them declared.
+        spec = args.app or os.environ.get("BATCHY_APP")
+        raise ConfigError(
+            f"app {spec!r}: the queue declares no job types, so this worker could run none "
+            "(each job it claimed would go to the dead set as unknown); import the modules "
+            "that declare them (@queue.job) from the app's module, or name a module that does"
+        )
     worker = Worker(
         queue,
         queues=args.queues,

@@ -66,8 +66,8 @@ async def run_job(
             raise UnknownJobError(
                 f"job {claimed.id} on queue {claimed.queue!r} names job type "
                 f"{message.job!r}, which this worker's queue does not declare (it knows: "
-                f"{known}); deploy the code that declares it, then `batchy dead retry "
-                f"{claimed.id}`"
+                f"{known}); deploy the code that declares it, or import its module from "
+                f"the one the worker loads, then `batchy dead retry {claimed.id}`"
             )
         problem = job.binding_problem(message.args, message.kwargs)
         if problem is not None:  # enqueue checks this, so the code changed since

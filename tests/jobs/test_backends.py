@@ -293,6 +293,7 @@ async def test_bad_payloads_go_dead_and_the_worker_survives(queue: Queue) -> Non
     assert "cannot be decoded" in reasons["garbage"]
     assert "is not a job" in reasons["not-a-job"]
     assert "'nope.missing'" in reasons["unknown"] and "does not declare" in reasons["unknown"]
+    assert "or import its module from the one the worker loads" in reasons["unknown"]
 
 
 async def test_dead_set_is_capped_by_size_and_age(queue: Queue) -> None:

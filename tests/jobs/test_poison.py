@@ -494,6 +494,100 @@ def test_worker_app_that_fails_to_import(
     assert cause in err and f"{name}.py" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # a missing attribute was "is None", and named none of the module's queues
+        (
+            "{m}:nope",
+            "module '{m}' has no attribute 'nope'; point at the Queue object your jobs are declared on (it holds: {m}:queue)",
+        ),
+        (
+            "{m}:hello",
+            "{m}.hello is <batchy.jobs.JobType {m}.hello queue=default>, not a batchy.jobs.Queue; point at the Queue object your jobs are declared on (it holds: {m}:queue)",
+        ),
+        # a file path was "No module named '{m}/py'"
+        (
+            "{m}.py:queue",
+            "'{m}.py' is a file path; name the module as Python imports it, from the directory that contains it: {m}:queue",
+        ),
+        (
+            "./sub/{m}.py:queue",
+            "'./sub/{m}.py' is a file path; name the module as Python imports it, from the directory that contains it: sub.{m}:queue",
+        ),
+    ],
+)
+def test_worker_app_spec_mistakes(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    spec: str,
+    expected: str,
+) -> None:
+    m = "poison_spec_app"
+    (tmp_path / f"{m}.py").write_text(
+        "from batchy.jobs import MemoryBackend, Queue\n"
+        "queue = Queue(MemoryBackend())\n"
+        "@queue.job\nasync def hello() -> None: ...\n"
+    )
+    spec = spec.format(m=m)
+    try:
+        code = run_cli(monkeypatch, tmp_path, "worker", spec, "--burst")
+    finally:
+        sys.modules.pop(m, None)
+    assert code == 2
+    assert capsys.readouterr().err == f"batchy: error: app {spec!r}: {expected.format(m=m)}\n"
+
+
+def test_worker_without_an_app(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("BATCHY_APP", raising=False)
+    assert run_cli(monkeypatch, tmp_path, "worker", "--burst") == 2
+    assert capsys.readouterr().err == (  # it was "app None is not 'module:attribute' ..."
+        "batchy: error: no app given: name the batchy.jobs.Queue as 'module:attribute', "
+        "e.g. `batchy worker myapp.jobs:queue`, or set BATCHY_APP=myapp.jobs:queue\n"
+    )
+
+
+def test_worker_refuses_a_queue_that_declares_no_jobs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The jobs live in another module that the queue's module does not import: a worker
+    # over it knew no job type and sent every job it claimed to the dead set.
+    (tmp_path / "poison_bare_queue.py").write_text(
+        "from batchy.jobs import Queue\nqueue = Queue('jobs.db')\n"
+    )
+    # The web app, which imports the jobs' module, enqueued one.
+    sender = Queue(str(tmp_path / "jobs.db"))
+
+    @sender.job(name="poison_bare_tasks.hello")
+    async def hello() -> None: ...
+
+    hello.enqueue_sync()
+    try:
+        code = run_cli(monkeypatch, tmp_path, "worker", "poison_bare_queue:queue", "--burst")
+        err = capsys.readouterr().err
+        assert code == 2
+        assert err == (
+            "batchy: error: app 'poison_bare_queue:queue': the queue declares no job types, "
+            "so this worker could run none (each job it claimed would go to the dead set as "
+            "unknown); import the modules that declare them (@queue.job) from the app's "
+            "module, or name a module that does\n"
+        )
+
+        async def look() -> tuple[int, list[int]]:
+            try:
+                info = await sender.info()
+            finally:
+                await sender.close()
+            return info.dead, [q.size for q in info.queues]
+
+        assert asyncio.run(look()) == (0, [1])  # the job waits for a worker that knows it
+    finally:
+        sys.modules.pop("poison_bare_queue", None)
+
+
 def test_cli_enqueue_checks_arguments_and_delay(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
