@@ -64,6 +64,7 @@ from .._pg_idle import server_ended
 from . import _postgres_counts as _counts
 from . import _postgres_read as _read
 from . import _postgres_runs as _runs
+from ._locations import check_postgres_dsn
 from ._postgres_admin import PostgresOperating
 from ._postgres_later import PutOff
 from ._postgres_listen import Listener
@@ -128,6 +129,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         prune_every: float = 5.0,
     ) -> None:
         self.names = Names(schema)
+        check_postgres_dsn(dsn)
         self.dsn = dsn
         self.schema = schema
         if type(pool_size) is not int or pool_size < 2:

@@ -80,6 +80,7 @@ from . import _redis_counts as _counts
 from . import _redis_runs as _runs
 from . import _redis_scripts as lua
 from . import _redis_views as views
+from ._locations import redis_from_url
 from ._redis_admin import RedisOperating
 
 __all__ = ["RedisBackend"]
@@ -110,9 +111,7 @@ class RedisBackend(RedisOperating, views.RedisViews):
         dead_max: int = DEAD_MAX,
         dead_max_age: float = DEAD_MAX_AGE,
     ) -> None:
-        self.redis: aioredis.Redis = (
-            aioredis.Redis.from_url(url, decode_responses=True) if isinstance(url, str) else url
-        )
+        self.redis: aioredis.Redis = redis_from_url(url) if isinstance(url, str) else url
         self.url = url if isinstance(url, str) else repr(url)
         self.prefix = prefix
         self.dead_max = dead_max
