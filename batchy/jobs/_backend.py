@@ -397,7 +397,7 @@ class Backend(abc.ABC):
     @staticmethod
     def redact(location: str) -> str:
         """``location`` (a URL or a libpq ``key=value`` string) with any password masked."""
-        if "://" in location:
+        if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", location):  # a URL opens with its scheme
             # Read off the raw text, not urlsplit's parts: libpq and redis-py take a
             # password holding ? or # (urlsplit ends the host there, and saw none).
             scheme, _, rest = location.partition("://")

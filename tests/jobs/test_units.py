@@ -224,6 +224,8 @@ class _Shape3:
         ("redis://:a/b@cache:6379/1", "redis://:***@cache:6379/1"),
         ("postgresql://app:p@ss@db/jobs", "postgresql://app:***@db/jobs"),
         ("postgresql://app@db/jobs", "postgresql://app@db/jobs"),
+        # a key=value string was read as a URL when its password held ://, and shown whole
+        ("host=db password=s3c://ret user=app", "host=db password=*** user=app"),
     ],
 )
 def test_a_stores_location_is_shown_without_its_password(location: str, shown: str) -> None:
