@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from ._errors import PayloadError, SerializationError
 from ._frozen import quick_init
-from ._serializer import Serializer
+from ._serializer import JSONSerializer, Serializer, key_not_text
 
 __all__ = [
     "Claimed",
@@ -90,6 +90,8 @@ def encode(message: Message, serializer: Serializer) -> str:
         body["cancelled"] = True
     if message.headers:
         body["headers"] = message.headers
+    if type(serializer) is JSONSerializer:
+        _text_keys(message)
     try:
         return serializer.dumps(body)
     except (TypeError, ValueError) as error:
@@ -99,6 +101,16 @@ def encode(message: Message, serializer: Serializer) -> str:
             "pass plain JSON values (str, int, float, bool, None, lists, dicts with str "
             "keys), e.g. an id instead of an object; nothing was enqueued"
         ) from error
+
+
+def _text_keys(message: Message) -> None:
+    where = key_not_text(message.args, "args") or key_not_text(message.kwargs, "kwargs")
+    if where is not None:
+        raise SerializationError(
+            f"job {message.job!r} (queue {message.queue!r}) cannot be enqueued: {where}, "
+            "and JSON keeps only text keys, so the handler would get it as a str; use str "
+            "keys, or pass a list of [key, value] pairs; nothing was enqueued"
+        )
 
 
 def decode(claimed: Claimed, serializer: Serializer) -> Message:

@@ -10,7 +10,7 @@ import json
 import json.scanner
 from typing import Any, Protocol
 
-__all__ = ["JSONSerializer", "Serializer"]
+__all__ = ["JSONSerializer", "Serializer", "key_not_text"]
 
 
 class Serializer(Protocol):
@@ -44,3 +44,27 @@ class JSONSerializer:
 _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 # (typeshed names the scanner's own type as its argument's, not the decoder's.)
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
+def key_not_text(value: Any, where: str) -> str | None:
+    """Where in ``value`` a dict has a key JSON would turn into text, or None.
+
+    JSON's object keys are text: ``{1: "x"}`` would come back ``{"1": "x"}``, and a
+    handler's ``d[1]`` would fail on the worker, attempt after attempt. Said at
+    enqueue instead. Only containers are walked, so a job of ids costs a type test.
+    """
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if type(key) is not str:
+                return f"{where} has the key {key!r} ({type(key).__name__})"
+            if isinstance(item, (dict, list, tuple)):
+                found = key_not_text(item, f"{where}[{key!r}]")
+                if found is not None:
+                    return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            if isinstance(item, (dict, list, tuple)):
+                found = key_not_text(item, f"{where}[{i}]")
+                if found is not None:
+                    return found
+    return None

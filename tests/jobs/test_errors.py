@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import batchy
 from batchy.jobs import (
@@ -206,3 +208,64 @@ def test_retry_message() -> None:
 
     assert str(Retry(delay=60, reason="API down")) == "API down (retry in 60s)"
     assert str(Retry()) == "retry requested"
+
+
+async def test_a_dict_key_json_would_turn_into_text_is_refused_at_enqueue(queue: Queue) -> None:
+    @queue.job
+    async def tally(counts: dict[int, int]) -> None:
+        return None
+
+    with pytest.raises(SerializationError) as caught:
+        await tally.enqueue({"ok": [1, {2: 3}]})
+    message = str(caught.value)
+    assert "tally" in message and "(queue 'default')" in message
+    assert "args[0]['ok'][1] has the key 2 (int)" in message
+    assert "use str keys" in message and "nothing was enqueued" in message
+    with pytest.raises(SerializationError, match=r"kwargs\['counts'\] has the key 1"):
+        await tally.enqueue(counts={1: 1})
+    worker = Worker(queue, burst=True)
+    await worker.run()
+    assert worker.processed == 0
+
+
+_json_leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=5)
+_json_like = st.recursive(
+    _json_leaf,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=3) | st.integers(0, 9), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _as_json_gives(value: object) -> object:
+    if isinstance(value, (list, tuple)):
+        return [_as_json_gives(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_json_gives(v) for k, v in value.items()}
+    return value
+
+
+@settings(max_examples=150, deadline=None)
+@given(_json_like)
+def test_an_argument_arrives_as_enqueued_or_is_refused(value: object) -> None:
+    """A handler never gets a value other than the one enqueued (tuples arrive as lists)."""
+    queue = Queue(MemoryBackend())
+    got: list[object] = []
+
+    @queue.job
+    async def take(v: object) -> None:
+        got.append(v)
+
+    async def go() -> bool:
+        try:
+            await take.enqueue(value)
+        except SerializationError:
+            return False
+        await Worker(queue, burst=True).run()
+        return True
+
+    if asyncio.run(go()):
+        assert got == [_as_json_gives(value)]
