@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
@@ -605,18 +606,48 @@ class DataLoader(Generic[K, V]):
             self._forget(keys)
             raise
         if inspect.isawaitable(out):
-            return self._await(keys, out)
+            return self._run(keys, out)
         return self._check(keys, out)
 
-    async def _await(self, keys: list[K], out: Awaitable[Any]) -> list[Any]:
+    def _run(self, keys: list[K], out: Awaitable[Any]) -> Any:
+        """Run the batch function's awaitable as a task of its own; check its values when done.
+
+        Its own task, not a coroutine that awaits it: asyncio.run cancels the
+        tasks left when its main coroutine returns, and a batch flushed in that
+        last iteration had its call cancelled before the first step. A wrapper
+        coroutine then never ran: the batch function's coroutine, made already,
+        was dropped unawaited ("coroutine ... was never awaited"), and the keys
+        kept the CancelledError in the cache. A cancel thrown into the task
+        itself closes the coroutine, and the callback below sees every ending.
+        """
         try:
-            values = await out
-        except Exception as error:
+            loop = asyncio.get_running_loop()
+            call = asyncio.ensure_future(out, loop=loop)
+        except Exception as error:  # an awaitable asyncio refuses (another loop's future)
+            if inspect.iscoroutine(out):
+                out.close()
             return self._failed(keys, error)
-        except BaseException:  # a driver's own cancel, say: the next load tries again
-            self._forget(keys)
-            raise
-        return self._check(keys, values)
+        checked: asyncio.Future[list[Any]] = loop.create_future()
+        call.add_done_callback(functools.partial(self._done, keys, checked))
+        return checked
+
+    def _done(self, keys: list[K], checked: asyncio.Future[list[Any]], call: Any) -> None:
+        # Called by the event loop: whatever happens, ``checked`` gets an outcome,
+        # or the batch (and every load of its keys) would wait forever.
+        try:
+            if call.cancelled():
+                self._forget(keys)  # a driver's own cancel, say: the next load tries again
+                checked.set_exception(_cancelled(call))
+            elif (error := call.exception()) is None:
+                checked.set_result(self._check(keys, call.result()))
+            elif isinstance(error, Exception):
+                checked.set_result(self._failed(keys, error))
+            else:  # KeyboardInterrupt, SystemExit...: no key keeps it
+                self._forget(keys)
+                checked.set_exception(error)
+        except Exception as error:  # a cache_map whose delete() fails, say
+            if not checked.done():
+                checked.set_exception(error)
 
     def _check(self, keys: list[K], values: Any) -> list[Any]:
         if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
@@ -662,3 +693,12 @@ class DataLoader(Generic[K, V]):
         if self.cache_map is not None:
             for key in keys:
                 self.cache_map.delete(self._ck(key))
+
+
+def _cancelled(call: Any) -> asyncio.CancelledError:
+    """The error a cancelled call raises, with its message (``cancel(msg)``)."""
+    try:
+        call.result()
+    except asyncio.CancelledError as error:
+        return error
+    return asyncio.CancelledError()  # (not reached: the call was cancelled)

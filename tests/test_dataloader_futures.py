@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import logging
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -134,6 +136,43 @@ async def test_load_cancelled_before_its_batch_is_sent(caplog: pytest.LogCapture
     assert calls == [[1, 2]]  # the key stays in its batch, for the cache
     assert one.cancelled()
     assert errors == [] and logged_errors(caplog) == []
+
+
+@pytest.mark.parametrize("kind", ["async def", "a function returning a coroutine"])
+def test_a_batch_whose_call_is_cancelled_before_it_starts_closes_the_batch_function(
+    kind: str,
+) -> None:
+    # asyncio.run cancels the tasks left when its main coroutine returns: a batch
+    # flushed in that last iteration has its call cancelled before its first
+    # step. Its batch function's coroutine, made at the flush, then warned
+    # "coroutine ... was never awaited". Here every task but main is cancelled
+    # as it is made, which is that cancel, without counting loop iterations.
+    async def fetch(keys: list[int]) -> list[int]:
+        return keys
+
+    def returns_a_coroutine(keys: list[int]) -> Any:
+        return fetch(keys)
+
+    def cancelled_at_once(loop: Any, coro: Any, **options: Any) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, **options)
+        if getattr(coro, "__name__", "") != "main":
+            task.cancel()
+        return task
+
+    async def main() -> None:
+        loader = DataLoader(fetch if kind == "async def" else returns_a_coroutine)
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(cancelled_at_once)
+        with pytest.raises(asyncio.CancelledError):
+            await loader.load(1)  # the load ends with the call: it does not hang
+        assert not loader.load(1).done()  # the cancel was not cached: it asks again
+        loop.set_task_factory(None)  # asyncio.run's own shutdown tasks must run
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(main())
+        gc.collect()
+    assert [str(w.message) for w in caught] == []
 
 
 async def test_cancelling_an_asyncio_task_cancels_only_the_load_it_awaits() -> None:
