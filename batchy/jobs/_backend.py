@@ -304,6 +304,10 @@ class Backend(abc.ABC):
         """The store's kind and location for people, without passwords: ``SQLite /srv/jobs.db``."""
         return type(self).__name__
 
+    def connect_error(self) -> str | None:
+        """Why the store's last try to connect failed, in its driver's words; else ``None``."""
+        return None
+
     def unreachable(self, error: BaseException) -> bool:
         """Whether ``error`` says the store could not be reached (no server at the address,
         an unknown database or user): the command-line tools say so in one line."""

@@ -309,7 +309,12 @@ class Worker:
         return result
 
     def _no_answer(self) -> str:
-        return f"{self.queue.backend!r} did not answer within {self.lease:g}s (the worker's lease)"
+        backend = self.queue.backend
+        text = f"{backend!r} did not answer within {self.lease:g}s (the worker's lease)"
+        # A pool that waits for a connection the server refuses never says so to
+        # the call: the reason is the store's, if it has one.
+        reason = backend.connect_error()
+        return text if reason is None else f"{text}; its last try to connect failed: {reason}"
 
     async def _idle(self) -> None:
         """Until a job finishes, the store has work, a periodic tick is due, or a poll."""

@@ -158,6 +158,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         self._database: str | None = None  # the database's name, once connected
         self._server: str | None = None  # and its server's identity (see _postgres_push)
         self._vouched: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._connect_error: str | None = None  # the pool's last failed connect, if the last
         self._queues: set[str] = set()  # queue names noted by this process
         # Outcomes whose key a transaction held; their hand-ins keep half the pool free.
         self._put_off = PutOff(self._hand_in, self.pool_size // 2)
@@ -174,6 +175,31 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         return f"PostgreSQL {self.redact(self.dsn)} schema {self.schema!r}"
 
     # -- connections -----------------------------------------------------------------
+
+    def connect_error(self) -> str | None:
+        return self._connect_error
+
+    def _recording(self) -> type[psycopg.AsyncConnection[Any]]:
+        """The pool's connection class: notes whether its last connect failed, and why.
+
+        The pool retries a refused connect on its own, and a call waiting for a
+        connection hears nothing of it (the pool only logs it): the worker asks
+        :meth:`connect_error` when such a call did not answer in time.
+        """
+        backend = self
+
+        class Recording(psycopg.AsyncConnection[Any]):
+            @classmethod
+            async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    conn = await super().connect(*args, **kwargs)
+                except psycopg.Error as error:
+                    backend._connect_error = f"{type(error).__name__}: {error}"
+                    raise
+                backend._connect_error = None
+                return conn
+
+        return Recording
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
@@ -226,6 +252,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
             min_size=min(4, self.pool_size),
             max_size=self.pool_size,
             kwargs={"autocommit": True},
+            connection_class=self._recording(),
             configure=self._configure,
             # A connection the server ended while it was idle (a restart, a failover)
             # is dropped as it is taken, not handed to a push that then fails.
