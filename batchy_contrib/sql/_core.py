@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextvars
 import datetime
 import uuid
 from collections.abc import Callable, Sequence
@@ -54,7 +55,12 @@ from ._errors import (
 )
 from ._match import Match, Seen
 
-__all__ = ["Dialect", "KeysRejected", "Row", "SQLDatabase", "identifier"]
+__all__ = ["CONNECTING", "Dialect", "KeysRejected", "Row", "SQLDatabase", "identifier"]
+
+#: True while a batch call waits for its connection: a backend sets it around
+#: taking one, so a timeout says no connection came, not that a statement was slow.
+#: A context variable: each batch call runs in a task of its own.
+CONNECTING: contextvars.ContextVar[bool] = contextvars.ContextVar("CONNECTING", default=False)
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -358,6 +364,7 @@ class SQLDatabase(abc.ABC):
         rows: list[Row] = []
         sql = ""
         positional = False
+        CONNECTING.set(False)
         try:
             async with asyncio.timeout(self.timeout):
                 while sent:
@@ -394,7 +401,7 @@ class SQLDatabase(abc.ABC):
                         break
                     # The column no longer holds ints (ALTER TABLE): ask again, with positions.
         except TimeoutError as error:
-            failure: BaseException = timed_out(self, name, batch)
+            failure: BaseException = timed_out(self, name, batch, connecting=CONNECTING.get())
             failure.__cause__ = error
         except (UsageError, LoaderError):
             raise

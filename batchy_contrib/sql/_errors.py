@@ -140,14 +140,23 @@ def unreadable_key(db: _Store, name: str, key: Any, error: BaseException) -> Key
     return failure
 
 
-def timed_out(db: _Store, name: str, keys: Sequence[Any]) -> QueryInterruptedError:
-    return QueryInterruptedError(
-        f"loader {name!r} got no answer from {db.kind} at {db.host} within {db.timeout} s "
-        f"while loading keys {short_repr(keys)}; {db.timeout_hint}",
-        loader=name,
-        keys=keys,
-        host=db.host,
-    )
+def timed_out(
+    db: _Store, name: str, keys: Sequence[Any], *, connecting: bool = False
+) -> QueryInterruptedError:
+    if connecting:  # nothing was sent: no statement to blame
+        text = (
+            f"loader {name!r} got no connection to {db.kind} at {db.host} within "
+            f"{db.timeout} s while loading keys {short_repr(keys)}: the pool had none free "
+            "and none could be made in time (every one busy, or the server slow to accept "
+            "or not answering). Check that the server accepts connections, raise the "
+            "pool's max_size if its connections are all busy, or raise timeout=."
+        )
+    else:
+        text = (
+            f"loader {name!r} got no answer from {db.kind} at {db.host} within {db.timeout} s "
+            f"while loading keys {short_repr(keys)}; {db.timeout_hint}"
+        )
+    return QueryInterruptedError(text, loader=name, keys=keys, host=db.host)
 
 
 def failed(

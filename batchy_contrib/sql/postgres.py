@@ -54,7 +54,7 @@ from ..errors import (
     QueryInterruptedError,
     QueryRejectedError,
 )
-from ._core import Dialect, KeysRejected, Row, SQLDatabase, identifier
+from ._core import CONNECTING, Dialect, KeysRejected, Row, SQLDatabase, identifier
 from ._errors import CONTAINERS, Kind, refusal
 from ._loops import EventLoopError, PerLoop, foreign_loop, running_loop
 from ._match import KeyTypeWarning, Match
@@ -207,8 +207,10 @@ class Database(SQLDatabase):
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """One connection of the running loop's pool, for one statement."""
+        CONNECTING.set(True)  # a timeout until the connection comes is no slow statement
         pool = await self._pool()
         conn = await pool.getconn()
+        CONNECTING.set(False)
         try:
             if not conn.autocommit:
                 raise UsageError(

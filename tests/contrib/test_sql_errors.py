@@ -369,10 +369,13 @@ async def test_a_hung_postgres_server_is_a_timeout(blackhole_port: int) -> None:
     )
     with pytest.raises(QueryInterruptedError) as info:
         await load(db.one("users"), 1)
+    # Still connecting: no statement was sent, so none was cancelled.
     assert str(info.value) == (
-        f"loader 'users_by_id' got no answer from PostgreSQL at 127.0.0.1:{blackhole_port} "
-        "within 0.3 s while loading keys [1]; the statement was cancelled. Check the server, "
-        "or raise timeout= if the query is slow."
+        f"loader 'users_by_id' got no connection to PostgreSQL at 127.0.0.1:{blackhole_port} "
+        "within 0.3 s while loading keys [1]: the pool had none free and none could be made "
+        "in time (every one busy, or the server slow to accept or not answering). Check that "
+        "the server accepts connections, raise the pool's max_size if its connections are all "
+        "busy, or raise timeout=."
     )
     await db.close()
 

@@ -377,6 +377,14 @@ async def test_a_full_pool_makes_batches_wait_and_loses_no_connection(postgres_u
     async with batchy.scope():
         results = await batchy.gather(slow(1), items(9), return_exceptions=True)
     assert [type(r).__name__ for r in results] == ["QueryInterruptedError"] * 2
+    # The one that never had a connection says so, not that its statement was cancelled.
+    held, waited = (str(r) for r in results)
+    assert "got no answer from PostgreSQL" in held and "the statement was cancelled" in held
+    assert waited.startswith(
+        f"loader 'items_by_id' got no connection to PostgreSQL at {db.host} within 0.5 s while "
+        "loading keys [9]: the pool had none free"
+    )
+    assert "statement" not in waited and "raise the pool's max_size" in waited
     assert await load_all(items, [2]) == [{"id": 2, "label": "b"}]
     assert pg_counter().connections == opened  # the one connection served every batch
     await db.close()
