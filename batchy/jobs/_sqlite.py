@@ -62,7 +62,7 @@ from ._sqlite_app import join_app_transaction, stale_snapshot_noted
 from ._sqlite_counts import TABLE as COUNTS_TABLE
 from ._sqlite_counts import add_counts, read_counts
 from ._sqlite_lock import Transaction as _Transaction
-from ._sqlite_lock import check_busy_timeout, read
+from ._sqlite_lock import Waits, check_busy_timeout, read
 from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_runs import TABLE as RUNS_TABLE
 from ._sqlite_runs import note_run, runs
@@ -117,6 +117,7 @@ class SQLiteBackend(Backend):
         # One connection, used from web threads (push_sync) and the loop: see
         # _sqlite_lock for how steps take it and the file in turn.
         self._lock = threading.RLock()
+        self._waits = Waits()  # a hold its steps waited for, across steps that gave up
         self._db = open_wal(self.path, busy_timeout)
         self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         self.busy_timeout = busy_timeout
@@ -137,7 +138,7 @@ class SQLiteBackend(Backend):
         return f"<SQLiteBackend {self.path}>"
 
     def _tx(self) -> _Transaction:
-        return _Transaction(self._db, self._lock, self.busy_timeout)
+        return _Transaction(self._db, self._lock, self.busy_timeout, waits=self._waits)
 
     async def _read(self, fn: Callable[[], T]) -> T:
         return await read(self._lock, self.busy_timeout, fn)

@@ -27,7 +27,14 @@ from typing import TypeVar
 from . import _clock
 from ._errors import ConfigError
 
-__all__ = ["HOLD_GRACE", "MAX_BUSY_TIMEOUT", "Transaction", "check_busy_timeout", "read"]
+__all__ = [
+    "HOLD_GRACE",
+    "MAX_BUSY_TIMEOUT",
+    "Transaction",
+    "Waits",
+    "check_busy_timeout",
+    "read",
+]
 
 T = TypeVar("T")
 
@@ -97,6 +104,28 @@ async def read(lock: threading.RLock, busy_timeout: float, fn: Callable[[], T]) 
         await asyncio.sleep(patience.pause())
 
 
+class Waits:
+    """When one store's steps (of one process) found the file held, across steps.
+
+    A hold whose holder notes nothing (an application's own transaction, a
+    holder killed holding it) is known only to those who waited for it. A
+    step that gave up after ``busy_timeout`` leaves its wait here, so that the
+    next step of the store to get the file (a back-off later, at its first try)
+    gives back the hold from the first failed try to the last one, rather than
+    nothing. Changed only under the store's lock.
+    """
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # the store's time of the first failed try
+        self.last = 0.0  # ... and of the latest one: the file was held until then at least
+
+    def failed(self) -> None:
+        """A try found the file held."""
+        self.last = _clock.store_now()
+        if self.since is None:
+            self.since = self.last
+
+
 class Transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error): one atomic step.
 
@@ -120,13 +149,15 @@ class Transaction:
         busy_timeout: float,
         *,
         noted: bool = True,
+        waits: Waits | None = None,
     ) -> None:
         self.db = db
         self.lock = lock
         self.busy_timeout = busy_timeout
         self.noted = noted  # False only while the schema (and table held) is being made
         self.began = 0.0
-        self.waited_since: float | None = None  # the store's time of the first try, if it failed
+        self.waits = waits or Waits()  # the store's, shared by its steps
+        self.waited = False  # whether a try of this step found the file held
 
     def __enter__(self) -> Transaction:
         if not self._begin():  # most steps: at the first try
@@ -143,9 +174,9 @@ class Transaction:
         return self
 
     def _waiting(self) -> _Patience:
-        # The file is held from now on, as far as this step knows: if its holder
-        # notes nothing (killed holding it, or rolled back), the wait is the hold.
-        self.waited_since = _clock.store_now()
+        # The file is held since the first failed try (noted in self.waits), as
+        # far as this store knows: if its holder notes nothing (killed holding
+        # it, rolled back, an application's transaction), the wait is the hold.
         return _Patience(self.busy_timeout)
 
     def _begin(self) -> bool:
@@ -162,11 +193,15 @@ class Transaction:
             except sqlite3.OperationalError as error:
                 if not _busy(error):
                     raise
+                self.waits.failed()
+                self.waited = True
                 self.lock.release()
                 return False
             self.began = _clock.store_now()
+            if self.waited:  # this step waited, without a break, until now
+                self.waits.last = self.began
             if self.noted:
-                _give_back_held_time(self.db, self.waited_since, self.began)
+                _give_back_held_time(self.db, self.waits)
         except BaseException:
             # Whatever failed once BEGIN went through (an interrupt, a full disk),
             # the transaction ends here: left open, every later step would fail.
@@ -195,6 +230,8 @@ class Transaction:
                 ended = _clock.store_now()
                 self.db.execute("UPDATE held SET began = ?, ended = ?", (self.began, ended))
             self.db.execute("COMMIT")
+            # Cleared once committed: a step that rolled back gave nothing back.
+            self.waits.since = None
         except BaseException:
             _rollback(self.db)
             raise
@@ -207,16 +244,18 @@ def _rollback(db: sqlite3.Connection) -> None:
         db.execute("ROLLBACK")
 
 
-def _give_back_held_time(db: sqlite3.Connection, waited_since: float | None, now: float) -> None:
+def _give_back_held_time(db: sqlite3.Connection, waits: Waits) -> None:
     row = db.execute("SELECT began, ended FROM held").fetchone()
     if row is None:
         return
     began, ended = row
-    if waited_since is not None and ended < waited_since:
-        # This step waited for the file, and whoever held it noted no hold (a
+    if waits.since is not None and ended < waits.since:
+        # This store waited for the file, and whoever held it noted no hold (a
         # store's step killed holding it, or rolled back; an application's own
-        # transaction): the wait is the hold, as far as anyone can tell.
-        began, ended = waited_since, now
+        # transaction): the wait is the hold, as far as anyone can tell. It lasted
+        # until the last failed try at least; past it, a step that gave up backs
+        # off, and the file may have been free.
+        began, ended = waits.since, waits.last
     if ended - began > HOLD_GRACE:
         # The file was held from `began` to `ended`: a lease live at `began` could
         # not be renewed for that long. (It is applied once: this transaction

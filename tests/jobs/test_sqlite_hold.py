@@ -287,13 +287,15 @@ async def test_a_worker_stopping_while_the_file_is_held_returns_and_its_job_runs
         await asyncio.sleep(0.01)
     app = sqlite3.connect(path)
     app.execute("BEGIN IMMEDIATE")  # the app holds the file through the worker's stop
+    held = time.monotonic()
     worker.stop()
     with caplog.at_level(logging.ERROR, "batchy.jobs"):
         await asyncio.wait_for(task, 10)  # it used to raise "database is locked"
     app.rollback()
     app.close()
     assert "stopped without handing in 1 outcome(s)" in caplog.text
-    await asyncio.sleep(1.1)  # its lease runs out
+    # Its lease runs out: the hold's time is given back to it first.
+    await asyncio.sleep(1.1 + time.monotonic() - held)
     await Worker(queue, burst=True, poll_interval=0.05).run()
     assert runs == [1, 1]
     await queue.close()
@@ -319,6 +321,38 @@ async def test_a_hold_whose_holder_notes_nothing_is_given_back_by_the_step_that_
     holder.execute("ROLLBACK")  # and ended without a note
     assert list(await turn) == []  # before: ["held"], while A still ran it
     assert leases(path)["held"] == pytest.approx(1003.4)  # the 2.4 s given back
+    holder.close()
+    for store in (a, c):
+        await store.close()
+
+
+async def test_a_hold_longer_than_busy_timeout_is_given_back_by_the_next_step_that_gets_in(
+    tmp_path: Path, clock: list[float]
+) -> None:
+    # An application's transaction on the store's file (a long import, say) held
+    # it past busy_timeout: the worker's waiting step gave up, and its next step,
+    # a back-off later, began at once and so thought it had waited for nothing.
+    # It handed out the job whose lease ran out only because the file was held,
+    # while its worker still ran it (the first worker's run was cancelled as lost).
+    path = tmp_path / "jobs.db"
+    a = SQLiteBackend(path)
+    await a.push([Envelope("held", "default", "{}")], 1000.0)
+    await a.cycle([], ["default"], 1, "A", 1.0, 1000.0)  # lease until 1001.0
+    c = SQLiteBackend(path, busy_timeout=0.05)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    for clock[0] in (1000.2, 1002.5):  # C's cycle gives up, backs off, gives up again
+        with pytest.raises(sqlite3.OperationalError, match=r"busy_timeout=0\.05"):
+            await c.cycle([], ["default"], 10, "C", 30.0, clock[0])
+    clock[0] = 1002.6  # held past the lease
+    holder.execute("ROLLBACK")
+    clock[0] = 1002.8  # C's back-off ends: its next cycle gets the file at once
+    assert list(await c.cycle([], ["default"], 10, "C", 30.0, 1002.8)) == []
+    # The hold from C's first failed try to its last one (2.3 s) given back, once.
+    assert leases(path)["held"] == pytest.approx(1003.3)
+    clock[0] = 1002.9
+    assert list(await c.cycle([], ["default"], 10, "C", 30.0, 1002.9)) == []
+    assert leases(path)["held"] == pytest.approx(1003.3)
     holder.close()
     for store in (a, c):
         await store.close()
