@@ -66,8 +66,10 @@ from ._sqlite_lock import Waits, check_busy_timeout, read
 from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_runs import TABLE as RUNS_TABLE
 from ._sqlite_runs import note_run, runs
+from ._sqlite_size import check_lengths, length_limit, screen_lengths
 from ._sqlite_tx import (
     advance,
+    cap_dead,
     finish_done,
     foreign_problem,
     foreign_tables,
@@ -150,7 +152,7 @@ class SQLiteBackend(Backend):
     ) -> list[bool]:
         if connection is not None:
             return self._push_in(connection, envelopes, now)
-        self.check_envelopes(envelopes)
+        self._check(envelopes, self._db)
         async with self._tx() as tx:
             pushed = insert_jobs(self._db, envelopes, now, tx.began)
         return self._pushed(envelopes, pushed)
@@ -160,7 +162,7 @@ class SQLiteBackend(Backend):
     ) -> list[bool]:
         if connection is not None:
             return self._push_in(connection, envelopes, now)
-        self.check_envelopes(envelopes)
+        self._check(envelopes, self._db)
         with self._tx() as tx:  # a thread of its own may wait for the file
             pushed = insert_jobs(self._db, envelopes, now, tx.began)
         return self._pushed(envelopes, pushed)
@@ -169,11 +171,15 @@ class SQLiteBackend(Backend):
         # The application's own connection, in its open transaction: the jobs
         # exist if and only if it commits. Nobody can ring after that commit,
         # so a worker may see them only at its next poll_interval.
-        self.check_envelopes(envelopes)
+        self._check(envelopes, connection)
         join_app_transaction(self, self.file, connection)
         with stale_snapshot_noted(envelopes):
             pushed = insert_jobs(connection, envelopes, sent, _clock.store_now())
         return self._pushed(envelopes, pushed)
+
+    def _check(self, envelopes: Sequence[Envelope], db: Any) -> None:
+        self.check_envelopes(envelopes)
+        check_lengths(self, envelopes, db)
 
     def _pushed(self, envelopes: Sequence[Envelope], pushed: list[bool]) -> list[bool]:
         self._wakeups.signal({e.queue for e, ok in zip(envelopes, pushed, strict=True) if ok})
@@ -192,7 +198,8 @@ class SQLiteBackend(Backend):
         async with self._tx() as tx:
             now = tx.began
             if outcomes:
-                claimed.refused += self._apply(self.screen_outcomes(outcomes), sent, now)
+                screened = screen_lengths(self.screen_outcomes(outcomes), length_limit(db))
+                claimed.refused += self._apply(screened, sent, now)
             # A lease in the past means its worker died or stalled: give the job
             # back, once; its token goes with it, so that worker's word is void.
             db.execute(
@@ -253,7 +260,8 @@ class SQLiteBackend(Backend):
                 continue
             if o.kind == "dead":
                 row = db.execute(
-                    "DELETE FROM jobs WHERE id = ? AND state = 1 AND token = ? RETURNING okey",
+                    "DELETE FROM jobs WHERE id = ? AND state = 1 AND token = ? "
+                    "RETURNING okey, payload",
                     (o.id, o.token),
                 ).fetchone()
                 if row is None:
@@ -263,7 +271,8 @@ class SQLiteBackend(Backend):
                     "INSERT OR REPLACE INTO dead "
                     "(id, queue, payload, reason, traceback, died, okey) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (o.id, o.queue, o.payload or "", o.reason, o.traceback, now, row[0]),
+                    # Without a payload of its own, it keeps the one it was claimed with.
+                    (o.id, o.queue, o.payload or row[1], o.reason, o.traceback, now, row[0]),
                 )
                 dead = True
             elif o.kind == "retry":
@@ -284,17 +293,9 @@ class SQLiteBackend(Backend):
                     continue
             applied.add(o.id)
         if dead:
-            self._cap_dead(now)
+            cap_dead(db, now - self.dead_max_age, self.dead_max)
         advance(db, left)
         return [o.id for o in given if o.id not in applied]
-
-    def _cap_dead(self, now: float) -> None:
-        self._db.execute("DELETE FROM dead WHERE died < ?", (now - self.dead_max_age,))
-        self._db.execute(
-            "DELETE FROM dead WHERE id IN (SELECT id FROM dead ORDER BY died DESC "
-            "LIMIT -1 OFFSET ?)",
-            (self.dead_max,),
-        )
 
     async def heartbeat(
         self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float

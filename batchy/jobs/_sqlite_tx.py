@@ -1,4 +1,4 @@
-"""SQLite plumbing for the store: schema, transactions, inserts, id lists, finished jobs."""
+"""SQLite plumbing for the store: schema, transactions, inserts, id lists, done and dead jobs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ __all__ = [
     "RUNNING",
     "WAITING",
     "advance",
+    "cap_dead",
     "chunks",
     "create_schema",
     "entry_state",
@@ -223,6 +224,15 @@ def advance(db: sqlite3.Connection, keys: Iterable[str | None]) -> None:
             "(SELECT min(rowid) FROM jobs WHERE okey = ?) AND state = 2",
             (key,),
         )
+
+
+def cap_dead(db: sqlite3.Connection, older: float, most: int) -> None:
+    """Drop the dead jobs that died before ``older``, and all but the ``most`` latest."""
+    db.execute("DELETE FROM dead WHERE died < ?", (older,))
+    db.execute(
+        "DELETE FROM dead WHERE id IN (SELECT id FROM dead ORDER BY died DESC LIMIT -1 OFFSET ?)",
+        (most,),
+    )
 
 
 # SQLite allows 32766 host parameters; stay far below.

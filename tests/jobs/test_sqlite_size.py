@@ -1,0 +1,93 @@
+"""Values longer than SQLite stores fail their own job, never a worker's round trip."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from batchy.jobs import Envelope, Outcome, Queue, SerializationError, SQLiteBackend, Worker
+
+pytestmark = pytest.mark.timeout(30)
+
+LIMIT = 5000  # bytes; SQLite's own limit is a billion, too much to build in a test
+
+
+def store(path: Path) -> SQLiteBackend:
+    backend = SQLiteBackend(path)
+    backend._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, LIMIT)
+    return backend
+
+
+async def test_a_result_too_long_is_not_kept_and_the_other_outcomes_land(tmp_path: Path) -> None:
+    # One job's result past the limit failed every cycle that carried it: the
+    # worker claimed nothing more, its other jobs stayed running, and it logged
+    # the store as unreachable.
+    queue = Queue(store(tmp_path / "jobs.db"))
+
+    @queue.job(name="echo", keep_result=60)
+    async def echo(n: int) -> str:
+        return "x" * n
+
+    big = await echo.enqueue(LIMIT + 1)
+    small = [await echo.enqueue(3) for _ in range(3)]
+    await Worker(queue, burst=True, concurrency=4, poll_interval=0.05).run()
+    assert (await big.status()).state == "done"
+    assert await big.result() is None
+    assert [await h.result() for h in small] == ["xxx"] * 3
+    await queue.close()
+
+
+async def test_a_retry_too_long_goes_dead_with_its_claimed_payload(tmp_path: Path) -> None:
+    backend = store(tmp_path / "jobs.db")
+    await backend.push([Envelope("a", "default", "{}"), Envelope("b", "default", "{}")], 0.0)
+    a, b = await backend.cycle([], ["default"], 2, "W", 30.0, 0.0)
+    outcomes = [
+        Outcome("a", "retry", "default", "y" * (LIMIT + 1), due=0.0, token=a.token),
+        Outcome("b", "done", "default", token=b.token),
+    ]
+    claims = await backend.cycle(outcomes, ["default"], 2, "W", 30.0, 0.0)
+    assert list(claims) == [] and claims.refused == []
+    (dead,) = await backend.dead_jobs()
+    assert dead.id == "a" and dead.payload == "{}"
+    assert "5,001 bytes" in dead.reason and "at most 5,000 bytes" in dead.reason
+    assert (await backend.status("b", 0.0)).state in ("done", "unknown")
+    await backend.close()
+
+
+async def test_a_death_too_long_is_cut(tmp_path: Path) -> None:
+    backend = store(tmp_path / "jobs.db")
+    await backend.push([Envelope("a", "default", "{}")], 0.0)
+    (a,) = await backend.cycle([], ["default"], 1, "W", 30.0, 0.0)
+    why = Outcome("a", "dead", "default", reason="r" * LIMIT * 2, traceback="t" * 9, token=a.token)
+    await backend.cycle([why], ["default"], 1, "W", 30.0, 0.0)
+    (dead,) = await backend.dead_jobs()
+    assert dead.reason == "r" * (LIMIT // 8) and dead.traceback == "t" * 9
+    await backend.close()
+
+
+@pytest.mark.parametrize("in_transaction", [False, True])
+async def test_an_enqueue_too_long_is_refused_naming_the_job(
+    tmp_path: Path, in_transaction: bool
+) -> None:
+    path = tmp_path / "jobs.db"
+    queue = Queue(store(path))
+
+    @queue.job(name="echo")
+    async def echo(text: str) -> None: ...
+
+    app = sqlite3.connect(path)
+    app.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, LIMIT)
+    with pytest.raises(SerializationError) as caught:
+        if in_transaction:
+            await echo.options(connection=app).enqueue("é" * LIMIT)
+        else:
+            await echo.enqueue("é" * LIMIT)
+    message = str(caught.value)
+    assert "queue 'default'" in message and "SQLite stores at most 5,000 bytes" in message
+    assert "a reference to large data" in message and "nothing was enqueued" in message
+    app.rollback()
+    app.close()
+    assert (await queue.admin.info()).queues == ()
+    await queue.close()
