@@ -92,6 +92,10 @@ _MISSING = object()
 
 
 def _import_failed(spec: str, module_name: str, error: Exception) -> ConfigError:
+    if isinstance(error, JobError):
+        # batchy's own error (a store that cannot open its file, say) names the
+        # problem and its fix; where in batchy it was raised is no help.
+        return ConfigError(f"app {spec!r}: importing module {module_name!r} failed: {error}")
     if isinstance(error, SyntaxError):
         where = f"{error.filename}:{error.lineno}"
     else:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from . import _clock
+from ._errors import ConfigError
 from ._hooks import log
 from ._model import Envelope, Outcome
 
@@ -64,8 +66,12 @@ def open_wal(path: str, busy_timeout: float) -> sqlite3.Connection:
     """Connect to ``path`` in WAL mode, waiting up to ``busy_timeout`` for other openers.
 
     Its busy timeout is 0: the store waits for a held file itself (see _sqlite_lock).
+    A file it cannot use is a :class:`ConfigError` naming it and the likely fix.
     """
-    db = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    try:
+        db = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    except sqlite3.DatabaseError as error:
+        raise _cannot_open(path, error) from error
     deadline = time.monotonic() + busy_timeout
     while True:
         try:
@@ -73,14 +79,43 @@ def open_wal(path: str, busy_timeout: float) -> sqlite3.Connection:
             if mode != "wal" and path not in ("", ":memory:"):
                 _not_wal(path, mode)
             return db
-        except sqlite3.OperationalError as exc:
+        except sqlite3.DatabaseError as exc:
             # SQLite answers this pragma "locked" at once, without its busy handler,
             # while another process is switching the same new file to WAL: two
             # processes started together (a worker and an enqueue) would fail one.
-            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+            busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() > deadline:
                 db.close()
-                raise
+                if busy:
+                    raise
+                raise _cannot_open(path, exc) from exc
             time.sleep(0.005)
+
+
+def _cannot_open(path: str, error: sqlite3.DatabaseError) -> ConfigError:
+    code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+    if code == sqlite3.SQLITE_NOTADB:
+        why = (
+            "it is not a SQLite database (another program's file?). Point the store at a "
+            "new file, or at your application's own SQLite file"
+        )
+    elif code == sqlite3.SQLITE_READONLY:
+        why = (
+            "it is read-only to this process. The store writes to it, and SQLite makes "
+            "its -wal and -shm files beside it: give this process write access to the "
+            "file and its directory"
+        )
+    elif code == sqlite3.SQLITE_CANTOPEN:
+        why = (
+            "cannot open or create it. Its directory must exist and be writable by this "
+            "process, and the path must name a file, not a directory"
+        )
+    else:
+        why = "cannot use it"
+    return ConfigError(
+        f"SQLite job store {os.path.abspath(path)}: {why} (SQLite says: {error}); nothing "
+        "was changed"
+    )
 
 
 def _not_wal(path: str, mode: str) -> None:

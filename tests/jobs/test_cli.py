@@ -334,3 +334,14 @@ def test_dead_show_finds_the_dead_entry_of_an_id_enqueued_again(cli: Cli) -> Non
         "job bad-1 was enqueued again and is queued (`batchy jobs show bad-1`); its dead entry:\n"
     )
     assert "state:      dead" in out and "KeyError: 1" in out
+
+
+def test_a_store_the_app_cannot_open_is_its_error_not_the_apps_code(cli: Cli) -> None:
+    # The store's error (naming the file and the fix) came wrapped as a failure
+    # "at batchy/jobs/_sqlite_tx.py:91; fix that code", pointing at batchy's code.
+    cli.db.write_text("a text file of another program\n")
+    code, _, err = cli("info")
+    assert code == 2
+    assert f"importing module {cli.spec.split(':')[0]!r} failed: SQLite job store" in err
+    assert "is not a SQLite database" in err
+    assert "fix that code" not in err and "_sqlite_tx.py" not in err

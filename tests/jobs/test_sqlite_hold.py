@@ -356,3 +356,29 @@ async def test_a_hold_longer_than_busy_timeout_is_given_back_by_the_next_step_th
     holder.close()
     for store in (a, c):
         await store.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("notes.txt", "is not a SQLite database"),
+        ("folder", "cannot open or create it"),
+        ("missing/jobs.db", "cannot open or create it"),
+    ],
+)
+def test_a_file_the_store_cannot_open_is_named_with_the_fix(
+    tmp_path: Path, name: str, said: str
+) -> None:
+    # It was sqlite3's bare "file is not a database" or "unable to open database
+    # file", which named no file; `batchy info` blamed the app's code for it.
+    from batchy.jobs import ConfigError
+
+    (tmp_path / "notes.txt").write_text("not a database, a text file of another program\n")
+    (tmp_path / "folder").mkdir()
+    path = tmp_path / name
+    with pytest.raises(ConfigError) as caught:
+        SQLiteBackend(path)
+    message = str(caught.value)
+    assert f"SQLite job store {path}" in message and said in message
+    assert "SQLite says:" in message and "nothing was changed" in message
+    assert (tmp_path / "notes.txt").read_text().startswith("not a database")
