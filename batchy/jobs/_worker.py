@@ -185,6 +185,13 @@ class Worker:
 
     async def run(self, *, signals: bool = False) -> None:
         """Run until stopped (or idle, with ``burst``); ``signals`` installs the handlers."""
+        if not self.queue.jobs:
+            # Each job it claimed would go to the dead set as a type it does not know.
+            raise ConfigError(
+                f"Worker: the queue on {self.queue.backend.describe()} declares no job types, "
+                "so this worker could run none; import the modules that declare them "
+                "(@queue.job) before the worker runs"
+            )
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._halt = asyncio.Event()

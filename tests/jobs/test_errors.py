@@ -13,6 +13,7 @@ from batchy.jobs import (
     ConfigError,
     Cron,
     DeadJobError,
+    Envelope,
     Every,
     JobDefinitionError,
     JobError,
@@ -269,3 +270,16 @@ def test_an_argument_arrives_as_enqueued_or_is_refused(value: object) -> None:
 
     if asyncio.run(go()):
         assert got == [_as_json_gives(value)]
+
+
+async def test_a_worker_of_a_queue_without_job_types_refuses_to_run(queue: Queue) -> None:
+    await queue.backend.push(
+        [Envelope("j1", "default", '{"job":"elsewhere.send","args":[],"kwargs":{}}', 0.0)],
+        0.0,
+    )
+    with pytest.raises(ConfigError) as caught:
+        await Worker(queue, burst=True).run()
+    message = str(caught.value)
+    assert "declares no job types" in message and "on memory (this process only)" in message
+    assert "import the modules that declare them" in message
+    assert await queue.backend.dead_jobs() == []  # the job was not claimed, so not dead
