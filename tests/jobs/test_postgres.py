@@ -538,52 +538,23 @@ async def test_enqueues_after_a_server_restart_do_not_fail_on_connections_it_end
         await store.close()
 
 
-class Refusing:
-    """A TCP proxy to the server that can go down: its connections end, new ones are refused."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        info = psycopg.conninfo.conninfo_to_dict(dsn)
-        self.target = (str(info.get("host", "127.0.0.1")), int(info.get("port", 5432)))
-        self.server: asyncio.Server | None = None
-        self.writers: set[asyncio.StreamWriter] = set()
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except OSError:
-            pass
-        finally:
-            writer.close()
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self.writers |= {writer, up_writer}
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
-        info = psycopg.conninfo.conninfo_to_dict(self.dsn)
-        info.update(host="127.0.0.1", port=str(self.server.sockets[0].getsockname()[1]))
-        return psycopg.conninfo.make_conninfo(**info)
-
-    def down(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for writer in self.writers:
-            writer.close()
-
-
 async def test_an_outage_line_gives_the_drivers_reason_when_connections_are_refused(
     postgres_dsn: str, postgres_schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The pool retries a refused connect on its own: the worker's call only saw no
     # answer within the lease, and the line said so, not that the server refused.
-    proxy = Refusing(postgres_dsn)
-    store = PostgresBackend(await proxy.start(), schema=postgres_schema)
-    worker = Worker(Queue(store), poll_interval=0.05, lease=1.0)
+    params = psycopg.conninfo.conninfo_to_dict(postgres_dsn)
+    proxy = _Cut((str(params.get("host", "127.0.0.1")), int(params.get("port", 5432))))
+    await proxy.up()
+    via = psycopg.conninfo.make_conninfo(postgres_dsn, host="127.0.0.1", port=proxy.port)
+    store = PostgresBackend(via, schema=postgres_schema)
+    queue = Queue(store)
+
+    @queue.job(name="ping")
+    async def ping() -> None:
+        return None
+
+    worker = Worker(queue, poll_interval=0.05, lease=1.0)
     task = asyncio.create_task(worker.run())
     try:
         await store.pool()
