@@ -124,7 +124,9 @@ class Admin:
         payloads here, examining at most ``TYPE_SCAN`` jobs per call: a page
         filtered by type may hold fewer than ``limit`` jobs (even none) and still
         have a ``next``. So may a page of done jobs filtered by queue or key (the
-        stores index results by expiry only).
+        stores index results by expiry only). A page of Redis's blocked jobs, on a
+        store of more keyed jobs than its ``page_budget``, ends where a batch of
+        ``HSCAN`` does: it may hold a few more than ``limit``.
         """
         self._check_listing(state, queue, job, key, limit)
         if job is None:
@@ -140,7 +142,9 @@ class Admin:
                 if info.job != job:
                     continue
                 kept.append(info)
-                if len(kept) == limit:  # the next page starts right after this job
+                # The next page starts right after this job, if one may (else after
+                # the next job that has a cursor, a few more than limit).
+                if len(kept) >= limit and stored.after is not None:
                     last = i == len(found) - 1 and following is None
                     return JobPage(state, tuple(kept), None if last else stored.after)
             after = following

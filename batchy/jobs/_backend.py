@@ -333,7 +333,8 @@ class Backend(abc.ABC):
         state in push order; ``dead`` newest first; ``done`` by the time their
         result expires, latest first. The cursor is None after the last page. A call
         reads a bounded part of the store: it may return fewer than ``limit`` jobs
-        and a cursor to go on from.
+        and a cursor to go on from (a store that can resume only after some jobs,
+        a few more: those it cannot resume after have ``after=None``).
         """
         raise self._cannot_operate()
 

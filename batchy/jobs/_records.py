@@ -47,7 +47,8 @@ class StoredJob:
     ``expires`` until when a done job's result is kept. ``worker`` is a running
     job's lease holder. ``payload`` is empty for done jobs (the store keeps only
     their result). ``after`` is, in a listing, the cursor of the page that starts
-    just after this job.
+    just after this job; None where no page may end (a store that can resume only
+    at some jobs: Redis's blocked jobs, among many keyed ones).
     """
 
     id: str

@@ -5,11 +5,12 @@ never scans the keyspace: a queue's list (``LRANGE`` from the cursor's place,
 found again with ``LINDEX``, or ``LPOS`` within the places before it when the
 list moved), the ``sched``, ``retry``, ``leases`` and ``dead`` sorted sets and
 ``results`` (kept results by expiry, written by the cycle, each done job's
-record in ``done:<id>``) from the cursor's
-rank, an ordering key's list, and for blocked jobs the ``okey`` hash with
-``HSCAN``. A call examines at most ``budget`` entries beyond the page: filters
-the structure does not index (a queue among scheduled jobs) may end a page
-short, with a cursor to go on from. Deleting a queued job is an ``LREM`` on its
+record in ``done:<id>``) from the cursor's rank, an ordering key's list, and
+for blocked jobs the ``okey`` hash (whole, by id, while it holds at most
+``budget`` jobs; else with ``HSCAN``, whose pages end where its batches do: see
+the script). A call examines at most ``budget`` entries beyond the page:
+filters the structure does not index (a queue among scheduled jobs) may end a
+page short, with a cursor to go on from. Deleting a queued job is an ``LREM`` on its
 queue's list, which reads the list up to the job: the price of keeping queues
 as lists, which make every claim O(1).
 """
@@ -182,23 +183,40 @@ elseif state == 'running' then
     if (c1 == '' or id > c1) and take(record(id), {id, '', ''}) then break end
   end
 elseif state == 'blocked' then
-  -- Keyed jobs by HSCAN of okey: c1 the scan's cursor, c2 how many of its batch
-  -- were examined already.
-  local cursor, skip = (c1 == '' and '0' or c1), tonumber(c2 == '' and '0' or c2)
-  repeat
-    local batch = redis.call('HSCAN', p..'okey', cursor, 'COUNT', budget)
-    local full = false
-    for i = 1, #batch[2], 2 do
-      if (i + 1) / 2 > skip then
-        full = take(only(record(batch[2][i]), 'blocked'), {cursor, tostring((i + 1) / 2), ''})
-        if full then break end
+  -- The keyed jobs (okey) that are not their key's head. c2: the greatest id a
+  -- page read in id order listed (every job up to it was listed then).
+  local floor = c2
+  if (c1 == '' or c1 == '0') and redis.call('HLEN', p..'okey') <= budget then
+    -- Few keyed jobs: all of them read and sorted by id, so a page may end after
+    -- any job, as exactly as in a sorted set.
+    local ids = redis.call('HKEYS', p..'okey')
+    table.sort(ids)
+    for _, id in ipairs(ids) do
+      if (floor == '' or id > floor) and take(only(record(id), 'blocked'), {'0', id, ''}) then
+        break
       end
     end
-    if full then break end
-    cursor, skip = batch[1], 0
-    lastmark = {cursor, '0', ''}
-  until cursor == '0' or examined >= budget
-  if lastmark and lastmark[1] == '0' and lastmark[2] == '0' then lastmark = nil end
+  else
+    -- More: HSCAN, whose cursor alone keeps its promise that a job there
+    -- throughout the listing is returned (maybe twice, when the hash shrinks). No
+    -- place inside a batch can be resumed: read again after deletions, a batch is
+    -- another one (COUNT reads on to make up for them). So a page ends where a
+    -- batch does, a few jobs past `limit` maybe, and only a row that ends a batch
+    -- has a cursor of its own (the others, none: no page may end there).
+    local scan = c1 == '' and '0' or c1
+    repeat
+      local count = math.max(1, math.min(limit - #rows, budget - examined))
+      local batch = redis.call('HSCAN', p..'okey', scan, 'COUNT', count)
+      local before = #rows
+      scan = batch[1]
+      for i = 1, #batch[2], 2 do
+        local id = batch[2][i]
+        take((floor == '' or id > floor) and only(record(id), 'blocked'), {})
+      end
+      if #rows > before and scan ~= '0' then marks[#rows] = {scan, floor, ''} end
+    until scan == '0' or #rows >= limit or examined >= budget
+    return {rows, marks, scan == '0' and {} or {scan, floor, ''}, string.format('%.6f', clock())}
+  end
 end
 local nxt = {}
 if #rows > limit then
@@ -307,7 +325,7 @@ class RedisOperating:
         rows, marks, nxt, store_now = await self._admin_script("list")(keys=[], args=args)
         shift = now - float(store_now)  # Redis's times are reported on the caller's clock
         jobs = [
-            replace(self._record(r, shift), after=Backend.make_cursor(tag, mark))
+            replace(self._record(r, shift), after=Backend.make_cursor(tag, mark) if mark else None)
             for r, mark in zip(rows, marks, strict=True)
         ]
         return jobs, (Backend.make_cursor(tag, nxt) if nxt else None)

@@ -12,7 +12,8 @@ import pytest
 
 from batchy.jobs import Backend, MemoryBackend, Queue, SQLiteBackend, Worker
 
-REDIS_DB = 11
+#: The Redis database of the tests (BATCHY_TEST_REDIS_DB: another, beside other runs).
+REDIS_DB = int(os.environ.get("BATCHY_TEST_REDIS_DB", "11"))
 #: The PostgreSQL database of the tests; each test gets a schema of its own in it.
 POSTGRES_DSN = os.environ.get("BATCHY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 

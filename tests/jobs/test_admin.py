@@ -244,7 +244,10 @@ async def test_deleting_a_keys_head_lets_the_next_job_run(queue: Queue) -> None:
     second = await step.enqueue(1, "second")
     third = await step.enqueue(1, "third")
     blocked = await every_page(queue, "blocked", 1)
-    assert ids(blocked) == [second.id, third.id]
+    if type(queue.backend).__name__ == "RedisBackend":  # in no particular order (by id)
+        assert sorted(ids(blocked)) == sorted([second.id, third.id])
+    else:
+        assert ids(blocked) == [second.id, third.id]
     by_key = await every_page(queue, "blocked", 1, key=(await queue.admin.job(head.id)).key)
     assert ids(by_key) == [second.id, third.id]
     with pytest.raises(

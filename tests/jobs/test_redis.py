@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from batchy.jobs import Envelope, Info, Outcome, Queue, Worker
 
+from .conftest import REDIS_DB
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -22,7 +24,9 @@ async def rqueue(redis_server: tuple[str, int]) -> AsyncIterator[Queue]:
     from batchy_contrib.jobs.redis import RedisBackend
 
     host, port = redis_server
-    backend = RedisBackend(f"redis://{host}:{port}/11", prefix=f"rtest:{uuid.uuid4().hex[:8]}:")
+    backend = RedisBackend(
+        f"redis://{host}:{port}/{REDIS_DB}", prefix=f"rtest:{uuid.uuid4().hex[:8]}:"
+    )
     yield Queue(backend)
     keys = [k async for k in backend.redis.scan_iter(match=backend.prefix + "*")]
     if keys:
@@ -158,7 +162,9 @@ async def test_info_counts_what_the_sets_hold_after_any_steps(
     from batchy_contrib.jobs.redis import RedisBackend
 
     host, port = redis_server
-    backend = RedisBackend(f"redis://{host}:{port}/11", prefix=f"rtest:{uuid.uuid4().hex[:8]}:")
+    backend = RedisBackend(
+        f"redis://{host}:{port}/{REDIS_DB}", prefix=f"rtest:{uuid.uuid4().hex[:8]}:"
+    )
     ids = iter(range(10_000))
     waiting: list[str] = []  # ids that may be scheduled or retrying
     try:
