@@ -92,7 +92,7 @@ LIST = (
 local state, queue, key = ARGV[2], ARGV[3], ARGV[4]
 local limit, budget = tonumber(ARGV[5]), tonumber(ARGV[6])
 local c1, c2, c3 = ARGV[7], ARGV[8], ARGV[9]
-local rows, marks, examined, lastmark, cut = {}, {}, 0, nil, false
+local rows, marks, examined, lastmark = {}, {}, 0, nil
 -- One examined entry, with the cursor that resumes after it; `r` false or nil
 -- when it is not listed. The page is full at limit + 1 (that one only says there
 -- is more), and the call is done at `budget` entries examined.
@@ -145,28 +145,27 @@ elseif state == 'queued' then
 elseif state == 'scheduled' or state == 'retrying' or state == 'dead' or state == 'done' then
   local z = p..({scheduled = 'sched', retrying = 'retry', dead = 'dead', done = 'results'})[state]
   local desc = state == 'dead' or state == 'done'
-  local found
-  local rank = c2 ~= '' and redis.call(desc and 'ZREVRANK' or 'ZRANK', z, c2)
-  if c2 == '' or (rank and redis.call('ZSCORE', z, c2) == c1) then
-    local from = rank and rank + 1 or 0
-    found = redis.call(desc and 'ZREVRANGE' or 'ZRANGE', z, from, from + budget - 1, 'WITHSCORES')
-  else
-    -- The cursor's member left: from its score on (c3 of those already passed
-    -- over), past the members before it at its score.
-    local skip, c = tonumber(c3 == '' and '0' or c3), tonumber(c1)
-    local by = desc and 'ZREVRANGEBYSCORE' or 'ZRANGEBYSCORE'
-    local all = redis.call(by, z, c1, desc and '-inf' or '+inf', 'WITHSCORES',
-                           'LIMIT', skip, budget)
-    found = {}
-    for i = 1, #all, 2 do
-      local s, m = tonumber(all[i + 1]), all[i]
-      if s ~= c or (desc and m < c2) or (not desc and m > c2) then
-        found[#found+1] = m; found[#found+1] = all[i + 1]
+  local from = 0
+  if c2 ~= '' then
+    local rank = redis.call(desc and 'ZREVRANK' or 'ZRANK', z, c2)
+    if rank and redis.call('ZSCORE', z, c2) == c1 then
+      from = rank + 1
+    else
+      -- The cursor's member left: its place, found again from its score and id
+      -- (Redis orders members of one score by their bytes). Not by counting the
+      -- members passed over: some of those may leave too, and as many unlisted
+      -- ones would be skipped.
+      from = redis.call('ZCOUNT', z, desc and '('..c1 or '-inf', desc and '+inf' or '('..c1)
+      local hi = from + redis.call('ZCOUNT', z, c1, c1)
+      while from < hi do
+        local mid = math.floor((from + hi) / 2)
+        local m = redis.call(desc and 'ZREVRANGE' or 'ZRANGE', z, mid, mid)[1]
+        if (desc and m < c2) or (not desc and m > c2) then hi = mid else from = mid + 1 end
       end
     end
-    cut = #all == 2 * budget  -- a full read: more may follow
-    if #found == 0 and cut then lastmark = {c1, c2, tostring(skip + budget)} end
   end
+  local found = redis.call(desc and 'ZREVRANGE' or 'ZRANGE', z, from, from + budget - 1,
+                           'WITHSCORES')
   for i = 1, #found, 2 do
     local id, r = found[i], nil
     if state == 'done' then r = done_record(id) else r = only(record(id), state) end
@@ -222,7 +221,7 @@ local nxt = {}
 if #rows > limit then
   nxt = marks[limit]
   rows[limit + 1], marks[limit + 1] = nil, nil
-elseif (examined >= budget or cut) and lastmark then
+elseif examined >= budget and lastmark then
   nxt = lastmark
 end
 return {rows, marks, nxt, string.format('%.6f', clock())}

@@ -141,3 +141,74 @@ async def test_paging_blocked_jobs_while_heads_finish_misses_none(
         assert stayed - set(listed) == set()
     finally:
         await clear(store)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    state=st.sampled_from(["scheduled", "dead"]),
+    groups=st.lists(st.integers(1, 40), min_size=1, max_size=4),
+    limit=st.integers(1, 8),
+    budget=st.sampled_from([2, 5, 500]),
+    changes=st.lists(
+        st.lists(st.tuples(st.sampled_from(["cursor", "listed", "any"]), st.integers(0, 999))),
+        min_size=1,
+        max_size=6,
+    ),
+)
+async def test_paging_a_sorted_set_while_its_jobs_leave_misses_none(
+    store: Any,
+    state: str,
+    groups: list[int],
+    limit: int,
+    budget: int,
+    changes: list[list[tuple[str, int]]],
+) -> None:
+    """Delayed and dead jobs page by (score, id). A cursor whose job left went on
+    from its score past a count of the jobs it had passed over there: when some
+    of those left as well, as many unlisted jobs of that score were skipped (jobs
+    enqueued together are due at one time). Each group here shares a score."""
+    store.page_budget = budget
+    r, p = store.redis, store.prefix
+    ids: list[str] = []
+    now = time.time()
+    for g, size in enumerate(groups):
+        group = [f"g{g}j{i:02d}" for i in range(size)]
+        ids += group
+        if state == "scheduled":  # one push: one due time
+            pushed = [Envelope(i, "default", payload("x"), due=now + 3600 + g) for i in group]
+            await store.push(pushed, now)
+        else:
+            info = {"queue": "default", "payload": payload("x"), "reason": "r", "traceback": ""}
+            await r.zadd(p + "dead", dict.fromkeys(group, now - g))
+            await r.hset(p + "deadinfo", mapping=dict.fromkeys(group, json.dumps(info)))
+    zset = p + ("sched" if state == "scheduled" else "dead")
+    try:
+        stayed = set(await r.zrange(zset, 0, -1))
+        listed: list[str] = []
+        after, page_no = None, 0
+        while True:
+            rows, after = await store.list_jobs(state, time.time(), after=after, limit=limit)
+            listed += [j.id for j in rows]
+            if after is None:
+                break
+            # Jobs leave from anywhere: the cursor's own, the ones already listed.
+            for which, n in changes[page_no % len(changes)]:
+                left = await r.zrange(zset, 0, -1)
+                among = {"cursor": listed[-1:], "listed": listed, "any": left}[which]
+                gone = among[n % len(among)] if among else ""
+                if gone in left:
+                    if state == "scheduled":
+                        assert await store.act("delete", [gone], time.time()) == {}
+                    else:
+                        await store.delete_dead([gone])
+            stayed &= set(await r.zrange(zset, 0, -1))
+            page_no += 1
+            assert page_no < 10 * len(ids) + 10, "the listing does not end"
+        assert stayed - set(listed) == set()
+        assert len(listed) == len(set(listed))
+    finally:
+        await clear(store)
