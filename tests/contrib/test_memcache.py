@@ -79,7 +79,7 @@ async def test_odd_keys_round_trip_through_memcached(client: Any, prefix: str) -
 
 
 async def test_loader_reads_many_keys_in_one_call(client: Any, prefix: str) -> None:
-    client.set_many({f"{prefix}a": 1, f"{prefix}b": {"x": 2}})
+    client.set_many({f"{prefix}a": 1, f"{prefix}b": {"x": 2}}, noreply=False)
     sessions = memcache.loader(client, prefix=prefix, name="sessions")
     with record() as rec:
         assert await load(sessions, ["a", "b", "zz"]) == [1, {"x": 2}, None]
@@ -370,7 +370,7 @@ async def test_loaders_sharing_a_single_socket_client_take_turns(
         for j in range(4)
     ]
     for j in range(4):
-        plain.set(f"{prefix}raw{j}", f"raw{j}")
+        plain.set(f"{prefix}raw{j}", f"raw{j}", noreply=False)
     raw = memcache.loader(plain, prefix=f"{prefix}raw", max_batch_size=1)
     keys = list(range(1, 10))
     for _ in range(5):
@@ -411,7 +411,7 @@ async def test_an_entry_that_cannot_be_read_is_a_miss_never_none(
         stored = pickle.dumps(Renamed()).replace(b"Renamed", b"Remaned")
     inner = make_inner()
     users = memcache.cached(inner, client, prefix=prefix)
-    Client(client.server).set(users.memcache_key(2), stored, flags=flags)
+    Client(client.server).set(users.memcache_key(2), stored, flags=flags, noreply=False)
     with caplog.at_level(logging.WARNING, logger="batchy_contrib.cache.memcache"):
         with record() as rec:
             assert await load(users, [1, 2]) == [DATA[1], DATA[2]]
@@ -429,8 +429,8 @@ async def test_an_entry_that_cannot_be_read_is_a_miss_never_none(
     )
 
     raw = memcache.loader(client, prefix=prefix, name="raw")
-    Client(client.server).set(f"{prefix}bad", stored, flags=flags)
-    client.set(f"{prefix}good", "fine")
+    Client(client.server).set(f"{prefix}bad", stored, flags=flags, noreply=False)
+    client.set(f"{prefix}good", "fine", noreply=False)
     got = await load(raw, ["bad", "good"])
     assert got[1] == "fine"
     assert isinstance(got[0], DataSourceError)

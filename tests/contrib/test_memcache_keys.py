@@ -452,7 +452,7 @@ async def test_the_loader_reads_str_keys_only_so_1_and_str_1_do_not_share(
     client: Any, prefix: str
 ) -> None:
     """1 and "1" read one entry, "1", and in one batch the int got None."""
-    client.set(f"{prefix}1", "one")
+    client.set(f"{prefix}1", "one", noreply=False)
     recording = Recording(client)
     numbers = memcache.loader(recording, prefix=prefix, name="numbers")
     with record() as rec:
@@ -469,7 +469,7 @@ async def test_the_loader_reads_str_keys_only_so_1_and_str_1_do_not_share(
 
 
 async def test_the_loader_with_key_str_reads_1_as_its_text(client: Any, prefix: str) -> None:
-    client.set(f"{prefix}1", "one")
+    client.set(f"{prefix}1", "one", noreply=False)
     recording = Recording(client)
     numbers = memcache.loader(recording, prefix=prefix, name="numbers", key=str)
     with record() as rec:
