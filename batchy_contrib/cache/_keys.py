@@ -12,7 +12,9 @@ construction, not by luck:
 2. :func:`escape` makes that text memcached-safe with ``%XX`` escapes (of the
    UTF-8 bytes) for everything but printable ASCII, and for ``%`` and ``:``.
    Escaping ``:`` means a prefix ending in ``:`` is always recovered as the
-   text up to the last ``:``, so caches with different such prefixes never meet.
+   text up to the last ``:``, so caches with different such prefixes never meet;
+   :func:`check_prefix` refuses every other prefix but ``""`` (whose keys have
+   no ``:`` at all), since ``"users"`` and ``"user"`` would meet at ``userssx``.
 3. :func:`safe_key` leaves a valid key as it is and replaces anything else with
    a readable head, ``#`` and a SHA-256 of the whole text. A valid key that
    *looks* like such a replacement (it ends in ``#`` and 64 hex digits) is
@@ -30,13 +32,14 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from batchy import InvalidKeyError, short_repr
+from batchy import InvalidKeyError, UsageError, short_repr
 
 __all__ = [
     "MAX_KEY",
     "SUPPORTED",
     "UnsupportedKey",
     "canonical",
+    "check_prefix",
     "escape",
     "exact_key",
     "memcached_key",
@@ -179,6 +182,28 @@ _ENCODERS: dict[type, Callable[[Any], str]] = {
     dt.datetime: _datetime,
     tuple: _tuple,
 }
+
+
+def check_prefix(owner: str, prefix: Any) -> str:
+    """``prefix`` if it ends in ``:`` or is ``""``, else a :class:`~batchy.UsageError`.
+
+    The key's text follows the prefix and never holds a ``:``, so only then is
+    the prefix all of the memcached key up to its last ``:`` (or, for ``""``,
+    a key with no ``:``), and two caches with different prefixes never read
+    each other's entries. ``owner`` is how the error names the cache.
+    """
+    if isinstance(prefix, str) and (prefix == "" or prefix.endswith(":")):
+        return prefix
+    if isinstance(prefix, str):
+        got, fix = repr(prefix), f"pass prefix={prefix + ':'!r}"
+    else:
+        got, fix = f"{short_repr(prefix)} ({type(prefix).__name__})", "pass a str"
+    raise UsageError(
+        f"{owner} prefix= must end in ':' (or be ''), got {got}: a memcached key is the "
+        "prefix and then the key's text, so without the ':' another cache's prefix and "
+        "key could spell the same memcached key ('users' and 'x' are 'userssx', as are "
+        f"'user' and 'sx') and each would read the other's values; {fix}"
+    )
 
 
 def memcached_key(prefix: str, key: Any) -> str:

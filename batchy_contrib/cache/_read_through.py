@@ -21,7 +21,7 @@ import batchy
 from batchy import InvalidKeyError, UsageError, short_repr
 
 from ._clients import call_alone, server_of
-from ._keys import UnsupportedKey, exact_key, memcached_key, unsupported
+from ._keys import UnsupportedKey, check_prefix, exact_key, memcached_key, unsupported
 from ._serde import Unreadable
 
 __all__ = ["CacheStats", "ReadThrough"]
@@ -106,7 +106,11 @@ class ReadThrough(batchy.Loader[K, V]):
         self.inner = inner
         self.client = client
         self.ttl = ttl
-        self.prefix = f"{inner.name}:" if prefix is None else prefix
+        self.prefix = (
+            f"{inner.name}:"
+            if prefix is None
+            else check_prefix(f"memcache.cached({inner.name})", prefix)
+        )
         self.timeout = timeout
         self.retry_after = retry_after
         self.cache_none = cache_none

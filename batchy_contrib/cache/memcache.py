@@ -184,8 +184,10 @@ def cached(
     """Put memcached in front of ``inner``: a loader that reads through to it on a miss.
 
     - ``ttl``: seconds a value stays in memcached (0: until evicted);
-    - ``prefix``: memcached key prefix (default ``"<inner name>:"``); change it
-      when the value format changes, to start from an empty cache;
+    - ``prefix``: memcached key prefix (default ``"<inner name>:"``), ending in
+      ``:`` (or ``""``), so that no other cache's prefix and key spell one of this
+      cache's keys; change it when the value format changes, to start from an
+      empty cache;
     - ``timeout``: seconds to wait for memcached before serving from ``inner``;
     - ``retry_after``: seconds to leave memcached alone after it failed;
     - ``cache_none``: cache ``None`` results too (rows that do not exist);

@@ -216,6 +216,75 @@ def test_caches_with_prefixes_ending_in_a_colon_never_meet(
         assert memcached_key(p1 + ":", a) != memcached_key(p2 + ":", b)
 
 
+@batchy.batched(name="plain")
+def plain(keys: list[Any]) -> list[Any]:
+    return keys
+
+
+@dataclass(frozen=True)
+class Marked:
+    """What an inner key= may return that has no text (the SQL loaders' marker)."""
+
+    key: Any
+
+
+marked = batchy.Loader(plain.fn, name="marked", key=Marked)  # its caches use exact_key()
+
+# Prefixes near each other: ends and no ends in ':', and long ones (the hashed keys).
+near = st.text(st.sampled_from("us:er%#é x"), max_size=8)
+prefixes = st.one_of(
+    st.just(""),
+    near,
+    near.map(lambda t: t + ":"),
+    st.tuples(near, st.integers(200, 260)).map(lambda t: t[0] + "p" * t[1] + ":"),
+)
+
+
+def cache_keys(prefix: str, key: Any) -> list[str] | None:
+    """The memcached keys of ``key`` in a cache over each kind of loader; None if refused."""
+    try:
+        caches = [memcache.cached(inner, None, prefix=prefix) for inner in (plain, marked)]
+    except batchy.UsageError:
+        return None
+    return [cache.memcache_key(key) for cache in caches]
+
+
+@settings(max_examples=500, deadline=None)
+@given(prefixes, keys, prefixes, keys)
+@example("users", "x", "user", "sx")  # both "userssx", when any prefix was taken
+@example("", "ssx", "s", "sx")  # both "sssx"
+def test_caches_with_different_prefixes_never_meet(p1: str, a: Any, p2: str, b: Any) -> None:
+    """Any two prefixes a cache takes, any keys, plain or exact, short or hashed."""
+    mine, theirs = cache_keys(p1, a), cache_keys(p2, b)
+    if mine is None or theirs is None or (p1 == p2 and same(a, b)):
+        return
+    if p1 != p2:
+        assert set(mine).isdisjoint(theirs), (mine, theirs)
+    else:
+        assert mine[0] != theirs[0], mine
+
+
+@pytest.mark.parametrize(
+    ("prefix", "got", "fix"),
+    [
+        ("users", "'users'", "pass prefix='users:'"),
+        ("v2:users", "'v2:users'", "pass prefix='v2:users:'"),
+        (7, "7 (int)", "pass a str"),
+    ],
+)
+def test_a_prefix_must_end_in_a_colon(prefix: Any, got: str, fix: str) -> None:
+    with pytest.raises(batchy.UsageError) as caught:
+        memcache.cached(plain, None, prefix=prefix)
+    assert str(caught.value) == (
+        f"memcache.cached(plain) prefix= must end in ':' (or be ''), got {got}: a memcached "
+        "key is the prefix and then the key's text, so without the ':' another cache's "
+        "prefix and key could spell the same memcached key ('users' and 'x' are 'userssx', "
+        f"as are 'user' and 'sx') and each would read the other's values; {fix}"
+    )
+    assert memcache.cached(plain, None, prefix="").memcache_key(7) == "i7"
+    assert memcache.cached(plain, None, prefix="v2:users:").memcache_key(7) == "v2:users:i7"
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.text(), st.text() | st.text().map(safe_key) | st.text().map(lambda t: "a_b#" + t))
 def test_safe_key_keeps_distinct_texts_distinct(a: str, b: str) -> None:
@@ -486,7 +555,7 @@ async def test_a_key_shaped_like_a_hashed_key_does_not_read_its_entry(
     client: Any, prefix: str
 ) -> None:
     """ "a_b#<sha of 'a b'>" was a valid key, kept as it was: the entry of "a b"."""
-    client.set(memcache.safe_key(f"{prefix}a b"), "spaced")
+    client.set(memcache.safe_key(f"{prefix}a b"), "spaced", noreply=False)
     twin = "a_b#" + hashlib.sha256(f"{prefix}a b".encode()).hexdigest()
     texts = memcache.loader(client, prefix=prefix, name="texts")
     assert await load(texts, ["a b", twin]) == ["spaced", None]
