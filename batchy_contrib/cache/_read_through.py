@@ -22,7 +22,7 @@ from batchy import InvalidKeyError, UsageError, short_repr
 
 from ._clients import call_alone, server_of
 from ._keys import UnsupportedKey, check_prefix, exact_key, memcached_key, unsupported
-from ._serde import Unreadable
+from ._serde import Unreadable, read_many
 
 __all__ = ["CacheStats", "ReadThrough"]
 
@@ -196,7 +196,7 @@ class ReadThrough(batchy.Loader[K, V]):
                 values[i] = error  # fails this key alone, not the batch
         if not asked:
             return values
-        status, found = await self._call("get_many", self.client.get_many, list(asked.values()))
+        status, found = await self._call("get_many", read_many, self.client, list(asked.values()))
         ok = status == "ok"
         if not ok:
             found = {}

@@ -40,7 +40,7 @@ from ..errors import DataSourceError
 from ._clients import call_alone, server_of
 from ._keys import not_text, safe_key
 from ._read_through import CacheStats, ReadThrough
-from ._serde import Unreadable, serde
+from ._serde import Unreadable, read_many, serde
 
 __all__ = [
     "CacheStats",
@@ -122,7 +122,7 @@ def loader(
         if not wanted:
             return values
         try:
-            found = call_alone(client, client.get_many, list(wanted))
+            found = call_alone(client, read_many, client, list(wanted))
         except Exception as error:
             asked = [keys[i] for where in wanted.values() for i in where]
             failure = DataSourceError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -10,10 +11,13 @@ from typing import Any
 
 import pytest
 from contrib_helpers import closed_port
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import batchy
 from batchy.testing import record
 from batchy_contrib.cache import memcache
+from batchy_contrib.cache._serde import Unreadable, read_many
 from batchy_contrib.cache.memcache import DataSourceError
 
 DATA = {i: {"id": i, "name": f"user{i}"} for i in range(1, 10)}
@@ -438,6 +442,99 @@ async def test_an_entry_that_cannot_be_read_is_a_miss_never_none(
         f"loader 'raw' found an entry for key 'bad' in memcached at {users.server} that "
         "cannot be read ("
     )
+
+
+class StrictJson:
+    """A user's serde that raises on an entry it cannot read, as json.loads does."""
+
+    def serialize(self, key: str, value: Any) -> tuple[bytes, int]:
+        return json.dumps(value).encode(), 7
+
+    def deserialize(self, key: str, value: bytes, flags: int) -> Any:
+        return json.loads(value)
+
+
+async def test_an_entry_the_clients_serde_raises_on_is_a_miss_not_an_outage(
+    memcached: tuple[str, int], prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The serde's error failed the whole get_many: every key went to the inner loader,
+    memcached was left alone for retry_after s, and the bad entry was never written again."""
+    from pymemcache.client.base import Client
+
+    own = Client(memcached, serde=StrictJson(), timeout=2)
+    inner = make_inner()
+    users = memcache.cached(inner, own, prefix=prefix, retry_after=60, timeout=5)
+    await load(users, [1, 2, 3])
+    Client(memcached).set(users.memcache_key(2), b"{not json", flags=7, noreply=False)
+    with caplog.at_level(logging.WARNING, logger="batchy_contrib.cache.memcache"):
+        with record() as rec:
+            assert await load(users, [1, 2, 3]) == [DATA[1], DATA[2], DATA[3]]
+            assert await load(users, [1, 2, 3]) == [DATA[1], DATA[2], DATA[3]]  # written again
+    assert rec.calls(inner) == [[2]]
+    assert (users.stats.errors, users.stats.skipped, users.stats.hits) == (0, 0, 5)
+    assert (
+        caplog.records[0]
+        .getMessage()
+        .startswith(
+            f"loader 'cached(users)' found an entry for key 2 in memcached at {users.server} "
+            "that cannot be read (JSONDecodeError: "
+        )
+    )
+
+    raw = memcache.loader(own, prefix=prefix, name="raw")
+    Client(memcached).set(f"{prefix}bad", b"{not json", flags=7, noreply=False)
+    own.set(f"{prefix}good", "fine", noreply=False)
+    got = await load(raw, ["bad", "good"])
+    assert got[1] == "fine"
+    assert isinstance(got[0], DataSourceError)
+    assert str(got[0]).startswith(
+        f"loader 'raw' found an entry for key 'bad' in memcached at {users.server} that "
+        "cannot be read (JSONDecodeError: "
+    )
+
+
+class ServedBy:
+    """A client whose serde raises on the entries in ``bad``, as pymemcache's get_many does."""
+
+    def __init__(self, entries: dict[str, int], bad: set[str]) -> None:
+        self.entries, self.bad, self.calls = entries, bad, 0
+
+    def get_many(self, keys: list[str]) -> dict[str, int]:
+        self.calls += 1
+        if raising := sorted(self.bad.intersection(keys)):
+            raise ValueError(f"cannot decode {raising[0]}")
+        return {k: self.entries[k] for k in keys if k in self.entries}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sets(st.text("abcdef", min_size=1, max_size=3), max_size=16), st.data())
+def test_read_many_makes_just_the_entries_the_serde_raises_on_unreadable(
+    keys: set[str], data: st.DataObject
+) -> None:
+    asked = sorted(keys)
+    stored = data.draw(st.sets(st.sampled_from(asked)) if asked else st.just(set()))
+    bad = data.draw(st.sets(st.sampled_from(sorted(stored))) if stored else st.just(set()))
+    client = ServedBy({k: i for i, k in enumerate(asked) if k in stored}, bad)
+    found = read_many(client, asked)
+    assert set(found) == stored
+    for k in stored:
+        if k in bad:
+            assert (
+                isinstance(found[k], Unreadable)
+                and found[k].reason == f"ValueError: cannot decode {k}"
+            )
+        else:
+            assert found[k] == asked.index(k)
+    assert client.calls <= max(1, 2 * len(asked) - 1)
+
+
+def test_read_many_raises_memcacheds_own_failures() -> None:
+    class Down:
+        def get_many(self, keys: list[str]) -> dict[str, Any]:
+            raise ConnectionRefusedError("refused")
+
+    with pytest.raises(ConnectionRefusedError):
+        read_many(Down(), ["a", "b"])
 
 
 async def test_a_sql_loader_is_cached_with_float_bool_and_datetime_keys(
