@@ -25,16 +25,13 @@ whose collation differs from the connection's is joined by a block nested
 loop (rows x keys comparisons; seconds for 1,000 keys on 200,000 rows); with
 it the server filters the table first. On MariaDB the derived table is a
 ``VALUES`` list (faster to parse than ``UNION ALL SELECT``, which MySQL needs),
-and the statement runs with ``SET STATEMENT join_cache_level=6 FOR``, which
-lets the optimizer join an unindexed column by hashing the keys (BNLH) and an
-indexed one by batched key access, instead of a nested loop. So text keys
-against a column MariaDB reported as a text column (``VARCHAR``, ``CHAR``,
-``ENUM``, ``UUID``; not ``TEXT`` or ``JSON``, which it does not hash-join) go
-without the ``IN`` filter: each key sent once, the statement half as long, and
-matching costs a few per cent over a plain ``IN`` instead of a third (see
-``docs/benchmarks.rst``). Other batches keep the filter: a text key against an
-``INT`` or ``DATETIME`` column compares as a number or a date, which neither
-an index nor a hash join serves.
+and the statement runs with ``SET STATEMENT join_cache_level=6,
+optimizer_switch='join_cache_hashed=off' FOR``: batched key access for an
+indexed column, and never a hash join (BNLH), whose join buffer compares some
+collations byte by byte (``utf8mb4_bin``: ``'Ada '`` missed ``'Ada'``, which
+``=`` pads). :attr:`Dialect.text_unfiltered` (text keys without the ``IN``
+filter, which only a hash join makes cheap on an unindexed column) is
+therefore off on every dialect.
 SQLite plans the join well with an index on the key column; the same ``IN``
 filter there costs 10-15% with one and does not save the unindexed case.
 

@@ -20,9 +20,9 @@ with positions, and every loader of that column learns it.
 
 MariaDB learns one more thing per column: whether it is a text column
 (``VARCHAR``, ``CHAR``, ``ENUM``, ``UUID``: the type the server reports for it,
-see :meth:`Match.learn_text`). Text keys against such a column need no
-``IN`` filter beside the positions (:mod:`._build`), which halves the
-statement; any other batch keeps the filter.
+see :meth:`Match.learn_text`). Text keys against such a column could go
+without the ``IN`` filter on a dialect with ``text_unfiltered``; none has it
+since MariaDB's hash joins are off (:mod:`._build` says why).
 
 :meth:`query` runs your SQL, which batchy cannot rewrite, so its rows are
 matched to keys by Python equality on the key column: there, keys must equal

@@ -72,18 +72,19 @@ __all__ = [
 
 #: Until the first connection says MariaDB: UNION ALL SELECT, which every server parses.
 MYSQL = Dialect("mysql", "`", "%s", keys_table="union", in_filter=True)
-#: Hash joins for unindexed key columns, batched key access for indexed ones (see _build).
+#: Batched key access for indexed key columns (see _build), never a hash join: MariaDB's
+#: hashed join buffers (BNLH) compare some collations byte by byte, so under utf8mb4_bin
+#: 'Ada ' missed 'Ada' (PAD SPACE), and under a NOPAD collation a CHAR column lost rows.
 MARIADB = Dialect(
     "mariadb",
     "`",
     "%s",
     keys_table="values",
     in_filter=True,
-    keyed_prefix="SET STATEMENT join_cache_level=6 FOR ",
-    text_unfiltered=True,
+    keyed_prefix="SET STATEMENT join_cache_level=6, optimizer_switch='join_cache_hashed=off' FOR ",
 )
-#: Column types MariaDB hash-joins with text keys: CHAR, VARCHAR, and ENUM, SET,
-#: UUID, INET6 (sent as STRING). Not TEXT or JSON (BLOB): JSON is nested-loop joined.
+#: Column types MariaDB could hash-join with text keys (see MARIADB): CHAR, VARCHAR, and
+#: ENUM, SET, UUID, INET6 (sent as STRING). Not TEXT or JSON (BLOB).
 _TEXT_TYPES = frozenset({FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING})
 
 #: What PyMySQL encodes (bytes by us); bool, datetime are subclasses of int, date.
