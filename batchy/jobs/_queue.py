@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
@@ -57,6 +58,41 @@ class Periodic(Generic[P, T]):
         return f"<batchy.jobs.Periodic {self.job.name} {self.schedule!r}>"
 
 
+# The stores a URL names, by scheme: Queue(str) takes a SQLite path only, so that
+# batchy.jobs imports no store driver, and a URL there would be opened as a file.
+_STORE_FOR = {
+    "redis": (
+        "Redis", "from batchy_contrib.jobs.redis import RedisBackend", "RedisBackend", "redis",
+    ),
+    "postgresql": (
+        "PostgreSQL", "from batchy_contrib.jobs.postgres import PostgresBackend",
+        "PostgresBackend", "postgres",
+    ),
+}  # fmt: skip
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://")  # two letters at least: C://x is a path
+_STORE_FOR["rediss"] = _STORE_FOR["unix"] = _STORE_FOR["redis"]
+_STORE_FOR["postgres"] = _STORE_FOR["postgresql"]
+
+
+def _url_for_a_path(url: str) -> str:
+    """Why ``Queue(url)`` is refused, and the store to pass instead."""
+    shown = Backend.redact(url)
+    scheme = url.partition("://")[0].lower()
+    head = f"Queue({shown!r}): a string is the path of a SQLite file, not a URL"
+    if scheme in _STORE_FOR:
+        kind, imports, cls, extra = _STORE_FOR[scheme]
+        return (
+            f"{head}; for {kind}, pass the store: {imports}, then Queue({cls}({shown!r})) "
+            f"(pip install 'batchy[{extra}]')"
+        )
+    if scheme == "sqlite":
+        return f"{head}; write the file's path: Queue('jobs.db')"
+    return (
+        f"{head}; write a SQLite file's path (Queue('jobs.db')), or pass a store: "
+        "RedisBackend(url) or PostgresBackend(url) from batchy_contrib.jobs"
+    )
+
+
 class Queue:
     """Job types, a store and the settings they share.
 
@@ -74,6 +110,8 @@ class Queue:
         keep_result: float = 3600.0,
         hooks: Iterable[JobHook] = (),
     ) -> None:
+        if isinstance(backend, str) and _URL.match(backend):
+            raise ConfigError(_url_for_a_path(backend))
         if backend is None or isinstance(backend, (str, Path)):
             backend = SQLiteBackend(backend or "batchy-jobs.db")
         if not isinstance(backend, Backend):

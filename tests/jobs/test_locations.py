@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from batchy.jobs import ConfigError
+from batchy.jobs import Backend, ConfigError, Queue
 from batchy_contrib.jobs.postgres import PostgresBackend
 from batchy_contrib.jobs.redis import RedisBackend
 
@@ -53,6 +53,30 @@ def test_postgres_store_refuses_what_libpq_cannot_read(dsn: str, reason: str) ->
     assert str(info.value) == f"PostgresBackend: {reason}; {POSTGRES_FORM}"
 
 
+@pytest.mark.parametrize(
+    ("url", "fix"),
+    [
+        # Each was sqlite3's bare 'unable to open database file', naming nothing.
+        ("redis://:s3cret@cache:6379/1", "; for Redis, pass the store: from batchy_contrib.jobs."
+         "redis import RedisBackend, then Queue(RedisBackend('redis://:***@cache:6379/1')) "
+         "(pip install 'batchy[redis]')"),
+        ("postgresql://app:s3cret@db/app", "; for PostgreSQL, pass the store: from batchy_contrib"
+         ".jobs.postgres import PostgresBackend, then Queue(PostgresBackend("
+         "'postgresql://app:***@db/app')) (pip install 'batchy[postgres]')"),
+        ("sqlite:///jobs.db", "; write the file's path: Queue('jobs.db')"),
+        ("mysql://app@db/app", "; write a SQLite file's path (Queue('jobs.db')), or pass a "
+         "store: RedisBackend(url) or PostgresBackend(url) from batchy_contrib.jobs"),
+    ],
+)  # fmt: skip
+def test_a_queue_given_a_url_names_the_store_to_pass(url: str, fix: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Queue(url)
+    shown = Backend.redact(url)
+    assert str(info.value) == (
+        f"Queue({shown!r}): a string is the path of a SQLite file, not a URL{fix}"
+    )
+
+
 def test_good_locations_make_no_connection() -> None:
     # Made, not connected: nothing listens on these ports.
     RedisBackend("redis://127.0.0.1:1/0")
@@ -83,3 +107,7 @@ def test_no_refused_location_shows_its_password(password: str, scheme: str, tail
             except ConfigError as error:
                 secret = password if url is locations[0] else word
                 assert secret not in str(error), (store.__name__, url, str(error))
+    if scheme:  # a URL: Queue(str) refuses it (anything else would be a SQLite file made here)
+        with pytest.raises(ConfigError) as info:
+            Queue(locations[0])
+        assert password not in str(info.value), (locations[0], str(info.value))
