@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
+from batchy import UsageError
 from batchy.jobs import ConfigError, JobError, Queue, Worker
 from batchy.jobs.cli import COMMANDS, add_commands
 
@@ -258,6 +259,8 @@ async def _dashboard(args: argparse.Namespace) -> int:
     try:  # batchy itself needs only the standard library: the dashboard is an extra
         from batchy_contrib.dashboard.serve import load_auth, serve
     except ImportError as error:
+        if isinstance(error, UsageError):  # batchy_contrib's own, naming the extra already
+            raise ConfigError(f"`batchy dashboard`: {error}") from error
         raise ConfigError(
             f"`batchy dashboard` needs the dashboard's packages ({error}); install them "
             "with: pip install 'batchy[dashboard]'"

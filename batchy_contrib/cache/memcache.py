@@ -31,7 +31,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pymemcache.client.base import PooledClient
+from .._extras import extra
+
+with extra(__name__, "'batchy[memcache]'", "pymemcache"):
+    from pymemcache.client.base import PooledClient
 
 import batchy
 from batchy import InvalidKeyError, LoaderError, UsageError, short_repr

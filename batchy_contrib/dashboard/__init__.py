@@ -12,6 +12,9 @@ or, alone: ``batchy dashboard app.jobs:queue --port 8000``. Install with
 ``pip install batchy[dashboard]`` (Starlette, Jinja2, uvicorn).
 """
 
-from .app import DashboardError, create_app
+from .._extras import extra
+
+with extra(__name__, "'batchy[dashboard]'", "starlette", "jinja2"):
+    from .app import DashboardError, create_app
 
 __all__ = ["DashboardError", "create_app"]

@@ -14,7 +14,10 @@ import os
 import sys
 from typing import Any
 
-import uvicorn
+from .._extras import extra
+
+with extra(__name__, "'batchy[dashboard]'", "uvicorn"):
+    import uvicorn
 
 from batchy.jobs import Queue
 

@@ -51,8 +51,11 @@ from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import graphql as gql
-from graphql import DocumentNode, ExecutionResult, GraphQLSchema
+from .._extras import extra
+
+with extra(__name__, "'batchy[graphql]'", "graphql"):
+    import graphql as gql
+    from graphql import DocumentNode, ExecutionResult, GraphQLSchema
 
 import batchy
 

@@ -26,8 +26,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from strawberry.extensions import AddValidationRules, SchemaExtension
-from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+from .._extras import extra
+
+with extra(__name__, "strawberry-graphql", "strawberry"):
+    from strawberry.extensions import AddValidationRules, SchemaExtension
+    from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 import batchy
 

@@ -42,8 +42,11 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from .._extras import extra
+
+with extra(__name__, "'batchy[postgres]'", "psycopg", "psycopg_pool"):
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from batchy.jobs import (
     DEAD_MAX,

@@ -60,8 +60,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
+from .._extras import extra
+
+with extra(__name__, "'batchy[redis]'", "redis"):
+    import redis
+    import redis.asyncio as aioredis
 
 from batchy.jobs import (
     DEAD_MAX,

@@ -38,9 +38,12 @@ import time
 from contextvars import ContextVar, Token
 from typing import Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import propagate, trace
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
+from .._extras import extra
+
+with extra(__name__, "'batchy[otel]'", "opentelemetry"):
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
 
 import batchy
 from batchy.jobs import JobEvent, JobHook, Queue

@@ -53,11 +53,14 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-from prometheus_client import start_http_server as serve_registry
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.multiprocess import MultiProcessCollector
-from prometheus_client.registry import Collector
+from .._extras import extra
+
+with extra(__name__, "'batchy[prometheus]'", "prometheus_client"):
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client import start_http_server as serve_registry
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.multiprocess import MultiProcessCollector
+    from prometheus_client.registry import Collector
 
 import batchy
 from batchy.jobs import Info, JobEvent, JobHook, Queue

@@ -36,9 +36,12 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import aiomysql
-import pymysql
-from pymysql.constants import FIELD_TYPE
+from .._extras import extra
+
+with extra(__name__, "'batchy[mysql]'", "aiomysql", "pymysql"):
+    import aiomysql
+    import pymysql
+    from pymysql.constants import FIELD_TYPE
 
 from batchy import LoaderError, UsageError, short_repr
 

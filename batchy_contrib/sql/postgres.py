@@ -39,11 +39,14 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import psycopg
-from psycopg.adapt import PyFormat
-from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
-from psycopg_pool import PoolClosed, PoolTimeout
+from .._extras import extra
+
+with extra(__name__, "'batchy[postgres]'", "psycopg", "psycopg_pool"):
+    import psycopg
+    from psycopg.adapt import PyFormat
+    from psycopg.pq import TransactionStatus
+    from psycopg.rows import dict_row
+    from psycopg_pool import PoolClosed, PoolTimeout
 
 from batchy import LoaderError, UsageError, short_repr
 

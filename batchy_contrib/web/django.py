@@ -48,8 +48,11 @@ from collections.abc import (
 )
 from typing import Any, TypeVar
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
-from django.conf import settings
+from .._extras import extra
+
+with extra(__name__, "'batchy[django]'", "asgiref", "django"):
+    from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+    from django.conf import settings
 
 import batchy
 

@@ -20,7 +20,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from .._extras import extra
+
+with extra(__name__, "'batchy[fastapi]'", "fastapi"):
+    from fastapi import Depends, Request
 
 from .request_stats import RequestStats, run, track
 

@@ -30,7 +30,10 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from flask import Flask, g, request
+from .._extras import extra
+
+with extra(__name__, "'batchy[flask]'", "flask"):
+    from flask import Flask, g, request
 
 from .request_stats import RequestStats, counted_here, current_stats, run, track
 
