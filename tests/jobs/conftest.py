@@ -108,6 +108,16 @@ def queue(backend: Backend) -> Queue:
     return Queue(backend)
 
 
+def declared(queue: Queue) -> Queue:
+    """``queue`` with a job type declared: a worker of a queue of none refuses to run."""
+
+    @queue.job(name="noop")
+    async def noop() -> None:
+        return None
+
+    return queue
+
+
 def fast_worker(queue: Queue, **options):
     """A worker with test-sized intervals."""
     options.setdefault("poll_interval", 0.02)

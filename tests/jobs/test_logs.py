@@ -13,7 +13,7 @@ import pytest
 
 from batchy.jobs import Claimed, MemoryBackend, Outcome, Queue, Retry, Worker
 
-from .conftest import FaultyStore, fast_worker
+from .conftest import FaultyStore, declared, fast_worker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -223,7 +223,7 @@ async def test_an_outage_that_ends_and_starts_again_logs_each_time(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     store = FlakyStore(failures=2)
-    queue = Queue(store)
+    queue = declared(Queue(store))
     with caplog.at_level(logging.INFO, "batchy.jobs"):
         await fast_worker(queue, burst=True, poll_interval=0.01).run()
         store.calls.clear()
@@ -279,7 +279,7 @@ async def rqueue(redis_server: tuple[str, int]) -> AsyncIterator[Queue]:
 
     host, port = redis_server
     backend = RedisBackend(f"redis://{host}:{port}/11", prefix=f"ltest:{uuid.uuid4().hex[:8]}:")
-    yield Queue(backend)
+    yield declared(Queue(backend))
     keys = [k async for k in backend.redis.scan_iter(match=backend.prefix + "*")]
     if keys:
         await backend.redis.delete(*keys)
@@ -322,7 +322,7 @@ async def test_failing_heartbeats_log_one_line_not_a_traceback_each(
     import asyncio
 
     store = DeafStore()
-    worker = fast_worker(Queue(store), lease=0.3, poll_interval=0.01)
+    worker = fast_worker(declared(Queue(store)), lease=0.3, poll_interval=0.01)
     with caplog.at_level(logging.INFO, "batchy.jobs"):
         task = asyncio.create_task(worker.run())
         await asyncio.sleep(0.6)
@@ -358,7 +358,7 @@ class GoneAtStop(FaultyStore):
 
 async def test_a_stop_during_an_outage_does_not_wait_out_the_back_off() -> None:
     store = FlakyStore(failures=10_000)  # down from the first turn on
-    worker = Worker(Queue(store), poll_interval=0.5, lease=30.0)
+    worker = Worker(declared(Queue(store)), poll_interval=0.5, lease=30.0)
     logging.getLogger("batchy.jobs").setLevel(logging.CRITICAL)  # the outage's own lines
     try:
         task = asyncio.create_task(worker.run())
