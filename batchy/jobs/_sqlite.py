@@ -111,15 +111,17 @@ class SQLiteBackend(Backend):
             )
         check_busy_timeout(busy_timeout)
         self.path = str(path)
+        memory = self.path in ("", ":memory:")
         # Resolved once: a later chdir must not point the store (its wake-ups, the
         # check of an application's connection) at another file of the same name.
-        self.file = self.path if self.path in ("", ":memory:") else os.path.abspath(self.path)
+        self.file = self.path if memory else os.path.abspath(self.path)
+        # Holds its steps waited for, shared with other processes beside the bells.
+        self._waits = Waits(None if memory else self.file + "-wake/held")
         self.dead_max = dead_max
         self.dead_max_age = dead_max_age
         # One connection, used from web threads (push_sync) and the loop: see
         # _sqlite_lock for how steps take it and the file in turn.
         self._lock = threading.RLock()
-        self._waits = Waits()  # a hold its steps waited for, across steps that gave up
         self._db = open_wal(self.path, busy_timeout)
         self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         self.busy_timeout = busy_timeout

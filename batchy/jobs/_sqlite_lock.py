@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from . import _clock
 from ._errors import ConfigError
+from ._sqlite_held import HOLD_GRACE, Waits
 
 __all__ = [
     "HOLD_GRACE",
@@ -37,10 +38,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-#: Seconds a write transaction may hold the file before the leases it outlived
-#: get that time back (a normal one takes milliseconds).
-HOLD_GRACE = 0.1
 
 #: The longest busy_timeout SQLite takes (milliseconds in a C int).
 MAX_BUSY_TIMEOUT = (2**31 - 1) // 1000
@@ -104,28 +101,6 @@ async def read(lock: threading.RLock, busy_timeout: float, fn: Callable[[], T]) 
         await asyncio.sleep(patience.pause())
 
 
-class Waits:
-    """When one store's steps (of one process) found the file held, across steps.
-
-    A hold whose holder notes nothing (an application's own transaction, a
-    holder killed holding it) is known only to those who waited for it. A
-    step that gave up after ``busy_timeout`` leaves its wait here, so that the
-    next step of the store to get the file (a back-off later, at its first try)
-    gives back the hold from the first failed try to the last one, rather than
-    nothing. Changed only under the store's lock.
-    """
-
-    def __init__(self) -> None:
-        self.since: float | None = None  # the store's time of the first failed try
-        self.last = 0.0  # ... and of the latest one: the file was held until then at least
-
-    def failed(self) -> None:
-        """A try found the file held."""
-        self.last = _clock.store_now()
-        if self.since is None:
-            self.since = self.last
-
-
 class Transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error): one atomic step.
 
@@ -139,7 +114,8 @@ class Transaction:
     frozen inside one (SIGSTOP, a VM pause) would let every worker's leases run
     out, and the next cycle would hand running jobs to a second worker while the
     first still runs them. So the next transaction gives a long hold's time back
-    to the leases that were live when it began, before anything else reads them.
+    to the leases that were live when it began, before anything else reads them,
+    and the holds that only waiters saw (see :mod:`._sqlite_held`).
     """
 
     def __init__(
@@ -158,6 +134,7 @@ class Transaction:
         self.began = 0.0
         self.waits = waits or Waits()  # the store's, shared by its steps
         self.waited = False  # whether a try of this step found the file held
+        self.read: list[str] = []  # files of waits it gave back, removed once it commits
 
     def __enter__(self) -> Transaction:
         if not self._begin():  # most steps: at the first try
@@ -174,9 +151,10 @@ class Transaction:
         return self
 
     def _waiting(self) -> _Patience:
-        # The file is held since the first failed try (noted in self.waits), as
-        # far as this store knows: if its holder notes nothing (killed holding
-        # it, rolled back, an application's transaction), the wait is the hold.
+        # The file is held since the first failed try (noted in self.waits, and
+        # published for other processes), as far as this store knows: if its
+        # holder notes nothing (killed holding it, rolled back, an application's
+        # transaction), the wait is the hold.
         return _Patience(self.busy_timeout)
 
     def _begin(self) -> bool:
@@ -193,15 +171,15 @@ class Transaction:
             except sqlite3.OperationalError as error:
                 if not _busy(error):
                     raise
-                self.waits.failed()
+                self.waits.failed(self.db)
                 self.waited = True
                 self.lock.release()
                 return False
             self.began = _clock.store_now()
-            if self.waited:  # this step waited, without a break, until now
-                self.waits.last = self.began
+            if self.waited:
+                self.waits.got_in(self.db, self.began)
             if self.noted:
-                _give_back_held_time(self.db, self.waits)
+                self.read = self.waits.give_back(self.db)
         except BaseException:
             # Whatever failed once BEGIN went through (an interrupt, a full disk),
             # the transaction ends here: left open, every later step would fail.
@@ -231,7 +209,7 @@ class Transaction:
                 self.db.execute("UPDATE held SET began = ?, ended = ?", (self.began, ended))
             self.db.execute("COMMIT")
             # Cleared once committed: a step that rolled back gave nothing back.
-            self.waits.since = None
+            self.waits.committed(self.read)
         except BaseException:
             _rollback(self.db)
             raise
@@ -242,25 +220,3 @@ def _rollback(db: sqlite3.Connection) -> None:
     # ROLLBACK would raise and hide the error that did it.
     if db.in_transaction:
         db.execute("ROLLBACK")
-
-
-def _give_back_held_time(db: sqlite3.Connection, waits: Waits) -> None:
-    row = db.execute("SELECT began, ended FROM held").fetchone()
-    if row is None:
-        return
-    began, ended = row
-    if waits.since is not None and ended < waits.since:
-        # This store waited for the file, and whoever held it noted no hold (a
-        # store's step killed holding it, or rolled back; an application's own
-        # transaction): the wait is the hold, as far as anyone can tell. It lasted
-        # until the last failed try at least; past it, a step that gave up backs
-        # off, and the file may have been free.
-        began, ended = waits.since, waits.last
-    if ended - began > HOLD_GRACE:
-        # The file was held from `began` to `ended`: a lease live at `began` could
-        # not be renewed for that long. (It is applied once: this transaction
-        # notes its own times over it.)
-        db.execute(
-            "UPDATE jobs SET lease = lease + ? WHERE state = 1 AND lease >= ?",
-            (ended - began, began),
-        )

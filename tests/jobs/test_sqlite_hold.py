@@ -382,3 +382,112 @@ def test_a_file_the_store_cannot_open_is_named_with_the_fix(
     assert f"SQLite job store {path}" in message and said in message
     assert "SQLite says:" in message and "nothing was changed" in message
     assert (tmp_path / "notes.txt").read_text().startswith("not a database")
+
+
+# A worker process: its cycle waits for the held file until it gives up, then,
+# a back-off later (a line on stdin), it cycles again and prints what it claimed.
+_WAITER = """
+import asyncio, sqlite3, sys, time
+from batchy.jobs import SQLiteBackend
+async def main():
+    store = SQLiteBackend(sys.argv[1], busy_timeout=float(sys.argv[2]))
+    print("open", flush=True)
+    sys.stdin.readline()
+    try:
+        await store.cycle([], ["default"], 10, "C", 30.0, time.time())
+    except sqlite3.OperationalError:
+        print("gave up", flush=True)
+    sys.stdin.readline()
+    claimed = await store.cycle([], ["default"], 10, "C", 30.0, time.time())
+    print(" ".join(sorted(job.id for job in claimed)), flush=True)
+    await store.close()
+asyncio.run(main())
+"""
+
+# An enqueue-only process (a web process): it never waited for the file.
+_ENQUEUER = """
+import sys, time
+from batchy.jobs import Envelope, SQLiteBackend
+SQLiteBackend(sys.argv[1]).push_sync([Envelope("new", "default", "{}")], time.time())
+"""
+
+
+async def test_a_hold_only_a_waiter_saw_is_given_back_when_another_process_gets_in_first(
+    tmp_path: Path,
+) -> None:
+    # An application's transaction held the file past a worker's lease; another
+    # worker's cycle waited, gave up, and backed off. A web process's enqueue got
+    # the file first: it knew of no hold, and noted its own brief transaction, so
+    # the waiter's next cycle thought nobody had held the file since its wait
+    # began, gave nothing back, and claimed the job its first worker still ran.
+    path = tmp_path / "jobs.db"
+    a = SQLiteBackend(path)
+    await a.push([Envelope("held", "default", "{}")], time.time())
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", _WAITER, str(path), "2.0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert waiter.stdin is not None and waiter.stdout is not None
+    try:
+        assert waiter.stdout.readline() == "open\n"
+        (held,) = await a.cycle([], ["default"], 1, "A", 1.5, time.time())
+        app = sqlite3.connect(path, isolation_level=None)
+        app.execute("BEGIN IMMEDIATE")  # held past the 1.5 s lease
+        waiter.stdin.write("cycle\n")
+        waiter.stdin.flush()
+        assert waiter.stdout.readline() == "gave up\n"  # after 2 s
+        app.execute("ROLLBACK")
+        enqueue = [sys.executable, "-c", _ENQUEUER, str(path)]
+        subprocess.run(enqueue, check=True, timeout=20)  # it gets the file first
+        waiter.stdin.write("cycle\n")
+        waiter.stdin.flush()
+        assert waiter.stdout.readline() == "new\n"  # was "held new"
+        assert waiter.wait(timeout=10) == 0
+        info = WorkerInfo("A", "host", 1, ("default",), 1, ("held",), time.time())
+        assert await a.heartbeat(info, [(held.id, held.token)], 1.5, time.time()) == []
+        app.close()
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+        await a.close()
+
+
+async def test_a_wait_for_an_application_s_brief_transactions_gives_no_time_back(
+    tmp_path: Path,
+) -> None:
+    # A step starved by the application's brief transactions, back to back,
+    # waits long, but the file changed hands between its tries (they commit): no
+    # hold was long, so no lease may get the wait's time. It got all of it (its
+    # first failed try to the moment it got in), as if one transaction had held
+    # the file throughout.
+    import asyncio
+    import threading
+
+    path = tmp_path / "jobs.db"
+    a, c = SQLiteBackend(path), SQLiteBackend(path, busy_timeout=5.0)
+    await a.push([Envelope("held", "default", "{}")], time.time())
+    await a.cycle([], ["default"], 1, "A", 60.0, time.time())
+    before = leases(path)["held"]
+    app = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    app.execute("CREATE TABLE imports (n INTEGER)")
+    going = threading.Event()
+
+    def brief_transactions() -> None:
+        for n in range(15):
+            app.execute("BEGIN IMMEDIATE")
+            going.set()
+            app.execute("INSERT INTO imports VALUES (?)", (n,))
+            time.sleep(0.05)  # below HOLD_GRACE each
+            app.execute("COMMIT")
+
+    thread = threading.Thread(target=brief_transactions)
+    thread.start()
+    going.wait()
+    await c.cycle([], ["other"], 10, "C", 30.0, time.time())
+    await asyncio.to_thread(thread.join)
+    assert leases(path)["held"] == before
+    app.close()
+    for store in (a, c):
+        await store.close()
