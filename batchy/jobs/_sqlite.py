@@ -66,7 +66,7 @@ from ._sqlite_lock import Waits, check_busy_timeout, read
 from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_runs import TABLE as RUNS_TABLE
 from ._sqlite_runs import note_run, runs
-from ._sqlite_size import check_lengths, length_limit, screen_lengths
+from ._sqlite_size import check_lengths, check_progress, length_limit, screen_lengths
 from ._sqlite_tx import (
     advance,
     cap_dead,
@@ -115,8 +115,7 @@ class SQLiteBackend(Backend):
         # Resolved once: a later chdir must not point the store (its wake-ups, the
         # check of an application's connection) at another file of the same name.
         self.file = self.path if memory else os.path.abspath(self.path)
-        # Holds its steps waited for, shared with other processes beside the bells.
-        self._waits = Waits(None if memory else self.file + "-wake/held")
+        self._waits = Waits(None if memory else self.file + "-wake/held")  # see _sqlite_held
         self.dead_max = dead_max
         self.dead_max_age = dead_max_age
         # One connection, used from web threads (push_sync) and the loop: see
@@ -322,6 +321,7 @@ class SQLiteBackend(Backend):
     async def save_progress(
         self, job_id: str, token: str, payload: str, lease: float, now: float
     ) -> bool:
+        check_progress(self, job_id, payload, self._db)
         async with self._tx():
             cur = self._db.execute(
                 "UPDATE jobs SET payload = ?, lease = ? WHERE id = ? AND state = 1 AND token = ?",

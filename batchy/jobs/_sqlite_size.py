@@ -7,7 +7,8 @@ of many jobs: one result past the limit failed every cycle after it, so the
 worker claimed nothing more and its other outcomes were never recorded, while
 it logged the store as unreachable. So each value is measured first: a result
 too long is not kept, a retry whose payload is too long goes dead, a dead job's
-reason and traceback are cut; an enqueue too long is refused, naming the job.
+reason and traceback are cut; an enqueue too long is refused, naming the job, and
+so is a running job's progress (a sharded job's cursor).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ._errors import SerializationError
 from ._hooks import log
 from ._model import Envelope, Outcome
 
-__all__ = ["check_lengths", "length_limit", "screen_lengths"]
+__all__ = ["check_lengths", "check_progress", "length_limit", "screen_lengths"]
 
 
 def length_limit(db: sqlite3.Connection) -> int:
@@ -51,6 +52,18 @@ def check_lengths(store: object, envelopes: Sequence[Envelope], db: object) -> N
                 "Pass a reference to large data (a file name, a row id) rather than the data; "
                 "nothing was enqueued"
             )
+
+
+def check_progress(store: object, job_id: str, payload: str, db: sqlite3.Connection) -> None:
+    """Raise :class:`SerializationError` if a running job's new payload is too long."""
+    limit = length_limit(db)
+    size = _over(payload, limit)
+    if size:
+        raise SerializationError(
+            f"job {job_id}: its progress cannot be saved on {store!r}: its payload with the "
+            f"new cursor is {size:,} bytes, and SQLite stores at most {limit:,} bytes in a "
+            "value; return a small cursor (the last key processed, not the rows)"
+        )
 
 
 def screen_lengths(outcomes: Sequence[Outcome], limit: int) -> list[Outcome]:

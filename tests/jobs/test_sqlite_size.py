@@ -91,3 +91,21 @@ async def test_an_enqueue_too_long_is_refused_naming_the_job(
     app.close()
     assert (await queue.admin.info()).queues == ()
     await queue.close()
+
+
+async def test_a_cursor_too_long_is_refused_naming_the_job(tmp_path: Path) -> None:
+    # A sharded job's cursor past the limit raised a bare DataError ("string or
+    # blob too big") in its handler, naming neither the job nor the limit.
+    queue = Queue(store(tmp_path / "jobs.db"))
+
+    @queue.sharded(shards=1, name="walk", retries=0)
+    async def walk(shard: int, shards: int, cursor: str | None) -> str | None:
+        return "k" * LIMIT if cursor is None else None
+
+    await walk.start()
+    await Worker(queue, burst=True, poll_interval=0.05).run()
+    (job,) = await queue.backend.dead_jobs()
+    said = f"SerializationError: job {job.id}: its progress cannot be saved on {queue.backend!r}"
+    assert said in job.reason and "its payload with the new cursor is 5,0" in job.reason
+    assert "at most 5,000 bytes in a value; return a small cursor" in job.reason
+    await queue.close()
