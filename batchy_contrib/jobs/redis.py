@@ -53,10 +53,11 @@ exactly one blocking command in Redis.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,7 @@ from batchy.jobs import (
     Backend,
     Claimed,
     Claims,
+    ConfigError,
     DeadJob,
     Envelope,
     JobStatus,
@@ -170,7 +172,9 @@ class RedisBackend(RedisOperating, views.RedisViews):
         self, envelopes: Sequence[Envelope], now: float, *, connection: Any = None
     ) -> list[bool]:
         self.no_connection(connection)
-        return [bool(x) for x in await self._run("push", *self._push_args(envelopes, now))]
+        args = self._push_args(envelopes, now)
+        with self._refusals(envelopes):
+            return [bool(x) for x in await self._run("push", *args)]
 
     def push_sync(
         self, envelopes: Sequence[Envelope], now: float, *, connection: Any = None
@@ -181,9 +185,27 @@ class RedisBackend(RedisOperating, views.RedisViews):
                 return super().push_sync(envelopes, now)
             self._sync = redis.Redis.from_url(self.url, decode_responses=True)
         script = self._sync.register_script(lua.PUSH)
-        return [
-            bool(x) for x in script(keys=[], args=[self.prefix, *self._push_args(envelopes, now)])
-        ]
+        args = [self.prefix, *self._push_args(envelopes, now)]
+        with self._refusals(envelopes):
+            return [bool(x) for x in script(keys=[], args=args)]
+
+    @contextlib.contextmanager
+    def _refusals(self, envelopes: Sequence[Envelope]) -> Iterator[None]:
+        """Redis's refusal of an enqueue for lack of memory, as a :class:`ConfigError`."""
+        try:
+            yield
+        except redis.ResponseError as error:
+            # (redis-py makes "OOM ..." an OutOfMemoryError, without the word.)
+            if not isinstance(error, redis.exceptions.OutOfMemoryError):
+                raise
+            ids = ", ".join(repr(e.id) for e in envelopes[:3]) + ("..." if envelopes[3:] else "")
+            raise ConfigError(
+                f"{self!r}: cannot enqueue job(s) {ids}: Redis is out of memory (used memory "
+                "is past maxmemory, and it refuses writes rather than evict). Raise maxmemory, "
+                "or keep less in it (shorter keep_result=, a smaller dead set: dead_max=, "
+                "dead_max_age=); keep maxmemory-policy noeviction, the only policy under which "
+                "Redis never drops a job; nothing was enqueued"
+            ) from error
 
     async def cycle(
         self,

@@ -352,3 +352,39 @@ async def test_an_idle_workers_dropped_wait_connection_costs_no_poll_interval(
         await rqueue.close()
         admin.flushdb()
         admin.close()
+
+
+async def test_an_enqueue_redis_refuses_for_lack_of_memory_says_so_and_what_to_do(
+    full_redis: Any,
+) -> None:
+    # It raised Redis's bare "OOM command not allowed when used memory > 'maxmemory'",
+    # naming neither the store nor the jobs, nor what to change.
+    import redis as redis_sync
+
+    from batchy.jobs import ConfigError
+    from batchy_contrib.jobs.redis import RedisBackend
+
+    port, admin = full_redis
+    admin.config_set("requirepass", "s3cret")
+    admin = redis_sync.Redis(port=port, password="s3cret")
+    store = RedisBackend(f"redis://:s3cret@127.0.0.1:{port}/0", prefix="full:")
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", int(admin.info("memory")["used_memory"]) + 200_000)
+    with pytest.raises(redis_sync.ResponseError, match="maxmemory"):
+        for i in range(10_000):
+            admin.set(f"filler:{i}", "x" * 1000)
+    jobs = [Envelope(f"j{i}", "default", "{}") for i in range(4)]
+    for push in (store.push, store.push_sync):
+        with pytest.raises(ConfigError) as caught:
+            pushed = push(jobs, time.time())
+            if not isinstance(pushed, list):
+                await pushed
+        message = str(caught.value)
+        assert message.startswith(
+            f"<RedisBackend redis://:***@127.0.0.1:{port}/0 prefix='full:'>: cannot enqueue "
+            "job(s) 'j0', 'j1', 'j2'...: Redis is out of memory"
+        )
+        assert "s3cret" not in message and "Raise maxmemory" in message
+        assert "keep maxmemory-policy noeviction" in message and "nothing was enqueued" in message
+    assert admin.keys("full:*") == []
+    await store.close()
