@@ -27,11 +27,15 @@ it the server filters the table first. On MariaDB the derived table is a
 ``VALUES`` list (faster to parse than ``UNION ALL SELECT``, which MySQL needs),
 and the statement runs with ``SET STATEMENT join_cache_level=6,
 optimizer_switch='join_cache_hashed=off' FOR``: batched key access for an
-indexed column, and never a hash join (BNLH), whose join buffer compares some
-collations byte by byte (``utf8mb4_bin``: ``'Ada '`` missed ``'Ada'``, which
-``=`` pads). :attr:`Dialect.text_unfiltered` (text keys without the ``IN``
-filter, which only a hash join makes cheap on an unindexed column) is
-therefore off on every dialect.
+indexed column, and no hash join (BNLH), whose join buffer compares some
+collations byte by byte (a ``VARCHAR`` under ``utf8mb4_bin``: ``'Ada '``
+missed ``'Ada'``, which ``=`` pads; a ``CHAR`` under a NO PAD ``_ci``
+collation lost rows). Text keys against a column whose hash join matches as
+``=`` does (:attr:`Dialect.unfiltered_prefix`, :meth:`Match.hash_joinable`:
+on MariaDB, a ``VARCHAR`` under a collation not ending in ``_bin``) go without
+the ``IN`` filter and with hash joins allowed (``SET STATEMENT
+join_cache_level=6 FOR``): each key sent once, the statement half as long, an
+unindexed column hash-joined instead of scanned once per key.
 SQLite plans the join well with an index on the key column; the same ``IN``
 filter there costs 10-15% with one and does not save the unindexed case.
 
@@ -107,8 +111,10 @@ class Dialect:
     in_filter: bool  # also filter the table with IN (see the module docstring)
     #: Put before every keyed statement: MariaDB's ``SET STATEMENT ... FOR``.
     keyed_prefix: str = ""
-    #: Text keys against a text column may go without the IN filter.
-    text_unfiltered: bool = False
+    #: Put before a keyed statement without the IN filter, or None: this dialect
+    #: has no such form. Used for text keys against a column where it is correct
+    #: (:meth:`Match.hash_joinable`).
+    unfiltered_prefix: str | None = None
 
     @property
     def array(self) -> bool:
@@ -205,8 +211,9 @@ def keyed_sql(select: Select, n: int, d: Dialect, filtered: bool = True) -> str:
         head = ""
         source = f"({first}{rest}) AS k"
     where = f" WHERE t.{s.key} IN {d.params(n)}" if d.in_filter and filtered else ""
+    prefix = d.keyed_prefix if filtered or d.unfiltered_prefix is None else d.unfiltered_prefix
     return (
-        f"{d.keyed_prefix}{head}SELECT k.{POS}, {s.columns} FROM {source} "
+        f"{prefix}{head}SELECT k.{POS}, {s.columns} FROM {source} "
         f"JOIN {s.table} AS t ON t.{s.key} = k.{KEY}{where}{s.order}"
     )
 

@@ -364,6 +364,7 @@ class SQLDatabase(abc.ABC):
         rows: list[Row] = []
         sql = ""
         positional = False
+        filtered = True  # the IN filter beside the positions (see _build)
         CONNECTING.set(False)
         try:
             async with asyncio.timeout(self.timeout):
@@ -375,10 +376,10 @@ class SQLDatabase(abc.ABC):
                     positional = keyed is not None and not match.exact_in_python(batch)
                     repeat = 1
                     if keyed is not None and positional:
-                        # Text against text needs no IN filter where the dialect
-                        # hash-joins (MariaDB: see _build's module docstring).
+                        # Text keys need no IN filter where the dialect hash-joins and
+                        # the column's hash join matches as = does (see _build).
                         d = self.dialect
-                        filtered = not (d.text_unfiltered and match.text_against_text(batch))
+                        filtered = d.unfiltered_prefix is None or not match.hash_joinable(batch)
                         sql = keyed(len(batch), filtered)
                         repeat = repeats(d, filtered)
                     else:
@@ -396,6 +397,10 @@ class SQLDatabase(abc.ABC):
                             else:
                                 alone[sent[j]] = why(self, name, batch[j], error)
                         sent = [i for j, i in enumerate(sent) if j not in rejected.bad]
+                        continue
+                    if not filtered and not match.hash_joinable(batch):
+                        # The result reports a column whose hash join may miss rows
+                        # (ALTER TABLE since the last batch): ask again, filtered.
                         continue
                     if positional or keyed is None or match.still_ints(rows):
                         break

@@ -18,11 +18,12 @@ test) over the same column skip the positions from their first batch. If such
 a column ever returns something else (ALTER TABLE), the batch is asked again
 with positions, and every loader of that column learns it.
 
-MariaDB learns one more thing per column: whether it is a text column
-(``VARCHAR``, ``CHAR``, ``ENUM``, ``UUID``: the type the server reports for it,
-see :meth:`Match.learn_text`). Text keys against such a column could go
-without the ``IN`` filter on a dialect with ``text_unfiltered``; none has it
-since MariaDB's hash joins are off (:mod:`._build` says why).
+MariaDB learns one more thing per column, from the column the server
+reports in every result: whether its hash join matches keys as ``=`` does
+(see :meth:`Match.learn_hashable`). Text keys against such a column go without
+the ``IN`` filter beside the positions, hash join allowed (:mod:`._build`),
+which halves the statement; any other batch keeps the filter, hash join off.
+The first batch of a column, before anything is learnt, keeps it too.
 
 :meth:`query` runs your SQL, which batchy cannot rewrite, so its rows are
 matched to keys by Python equality on the key column: there, keys must equal
@@ -56,11 +57,12 @@ class Seen:
     Shared by every loader of the database, so a loader made per request gains too.
     """
 
-    __slots__ = ("ints", "texts")
+    __slots__ = ("hashable", "ints")
 
     def __init__(self) -> None:
         self.ints: set[tuple[str, str]] = set()  # returned only ints so far
-        self.texts: set[tuple[str, str]] = set()  # the server reported a text type
+        #: Last reported as a column whose hash join matches text keys as = does.
+        self.hashable: set[tuple[str, str]] = set()
 
 
 class Match:
@@ -104,18 +106,19 @@ class Match:
             return False
         return all(type(k) is int or k is None for k in keys)
 
-    def text_against_text(self, keys: list[Any]) -> bool:
-        """True if these keys are text and the column was last reported a text column."""
-        if self.column not in self.seen.texts:
+    def hash_joinable(self, keys: list[Any]) -> bool:
+        """True if these keys are text and the column was last reported as one whose hash
+        join matches text keys as ``=`` does (so they may go without the IN filter)."""
+        if self.column not in self.seen.hashable:
             return False
         return all(type(k) is str or k is None for k in keys)
 
-    def learn_text(self, text: bool) -> None:
-        """Record what the server just reported the key column to be: text or not."""
-        if text:
-            self.seen.texts.add(self.column)
+    def learn_hashable(self, hashable: bool) -> None:
+        """Record what the server just reported of the key column: hash-joinable or not."""
+        if hashable:
+            self.seen.hashable.add(self.column)
         else:
-            self.seen.texts.discard(self.column)
+            self.seen.hashable.discard(self.column)
 
     def still_ints(self, rows: list[Row]) -> bool:
         """After a batch without positions: did the column return only ints, as it used to?"""

@@ -41,7 +41,7 @@ from .._extras import extra
 with extra(__name__, "'batchy[mysql]'", "aiomysql", "pymysql"):
     import aiomysql
     import pymysql
-    from pymysql.constants import FIELD_TYPE
+    from pymysql.constants import FIELD_TYPE, FLAG
 
 from batchy import LoaderError, UsageError, short_repr
 
@@ -75,9 +75,11 @@ __all__ = [
 
 #: Until the first connection says MariaDB: UNION ALL SELECT, which every server parses.
 MYSQL = Dialect("mysql", "`", "%s", keys_table="union", in_filter=True)
-#: Batched key access for indexed key columns (see _build), never a hash join: MariaDB's
-#: hashed join buffers (BNLH) compare some collations byte by byte, so under utf8mb4_bin
-#: 'Ada ' missed 'Ada' (PAD SPACE), and under a NOPAD collation a CHAR column lost rows.
+#: Batched key access for indexed key columns (see _build). A hash join (BNLH) only for
+#: text keys against a column whose hash join matches as = does (_hash_joins_as_equal):
+#: MariaDB's hashed join buffers compare some collations byte by byte, so under
+#: utf8mb4_bin 'Ada ' missed 'Ada' (PAD SPACE), and a CHAR column under a NO PAD _ci
+#: collation lost rows.
 MARIADB = Dialect(
     "mariadb",
     "`",
@@ -85,10 +87,8 @@ MARIADB = Dialect(
     keys_table="values",
     in_filter=True,
     keyed_prefix="SET STATEMENT join_cache_level=6, optimizer_switch='join_cache_hashed=off' FOR ",
+    unfiltered_prefix="SET STATEMENT join_cache_level=6 FOR ",
 )
-#: Column types MariaDB could hash-join with text keys (see MARIADB): CHAR, VARCHAR, and
-#: ENUM, SET, UUID, INET6 (sent as STRING). Not TEXT or JSON (BLOB).
-_TEXT_TYPES = frozenset({FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING})
 
 #: What PyMySQL encodes (bytes by us); bool, datetime are subclasses of int, date.
 _BINDS = (
@@ -204,10 +204,11 @@ class Database(SQLDatabase):
         return pool
 
     async def _key_rows(self, sql: str, keys: list[Any], repeat: int, match: Match) -> list[Row]:
-        types: dict[str, int] = {}
-        rows = await self._rows(sql, keys, repeat=repeat, types=types)
-        # Learnt from every result, so an ALTER TABLE is seen at the next batch.
-        match.learn_text(types.get(match.key) in _TEXT_TYPES)
+        fields: dict[str, Any] = {}
+        rows = await self._rows(sql, keys, repeat=repeat, fields=fields)
+        # Learnt from every result, so an ALTER TABLE is seen at once (and a batch
+        # sent unfiltered to a column that is no longer hash-joinable is asked again).
+        match.learn_hashable(_hash_joins_as_equal(fields.get(match.key)))
         return rows
 
     async def _rows(
@@ -216,9 +217,10 @@ class Database(SQLDatabase):
         params: Sequence[Any],
         *,
         repeat: int = 1,
-        types: dict[str, int] | None = None,
+        fields: dict[str, Any] | None = None,
     ) -> list[Row]:
-        """Run one statement; ``types`` (if given) gets each column's type as the server sent it."""
+        """Run one statement; ``fields`` (if given) gets each column's PyMySQL field: the
+        type and flags the server sent for it (None where the driver does not show them)."""
         pool = await self._pool()
         conn = await acquire(pool)
         healthy = True  # until a statement is under way
@@ -238,8 +240,10 @@ class Database(SQLDatabase):
             async with conn.cursor(aiomysql.DictCursor) as cur:
                 await cur.execute(sql)
                 rows = await cur.fetchall()
-                if types is not None and cur.description:
-                    types.update((c[0], c[1]) for c in cur.description)
+                if fields is not None:
+                    # Not in cursor.description (no flags there): the result's own fields.
+                    result = getattr(cur, "_result", None)
+                    fields.update((f.name, f) for f in getattr(result, "fields", None) or ())
             healthy = True
             return list(rows)
         except pymysql.err.MySQLError as error:
@@ -389,6 +393,24 @@ def _literal(conn: Any, p: Any) -> str:
     if isinstance(p, CONTAINERS):  # PyMySQL would write a list "(1,2)", or refuse
         raise TypeError(f"{kind.__name__} can not be used as parameter")
     return conn.escape(p)  # type: ignore[no-any-return]
+
+
+def _hash_joins_as_equal(field: Any) -> bool:
+    """True if MariaDB's hash join matches text keys to this result column as ``=`` does.
+
+    The field's collation id is no help: the server reports the result's
+    character set (utf8mb4_general_ci), not the column's. Its type and BINARY
+    flag (set exactly for ``_bin`` collations and binary strings) are. Checked
+    on MariaDB 10.11 against ``WHERE col = key`` for every key alone (trailing
+    spaces, case, accents, expansions, keys longer than the column): a
+    ``VARCHAR`` under any of 173 collations not ending in ``_bin`` matched the
+    same rows; under ``_bin`` (PAD SPACE) ``'Ada '`` missed ``'Ada'``. A ``CHAR``
+    under a NO PAD ``_ci`` collation lost rows, and the flags do not tell NO
+    PAD, so ``CHAR`` (and ``ENUM``, ``UUID``, sent as the same type) is never.
+    """
+    if field is None:
+        return False  # unknown: keep the filter, and hash joins off
+    return bool(field.type_code == FIELD_TYPE.VAR_STRING and not field.flags & FLAG.BINARY)
 
 
 def _server_answered(error: BaseException) -> bool:
