@@ -175,15 +175,7 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _worker(args: argparse.Namespace) -> int:
     queue = load_app(args.app)
-    if not queue.jobs:
-        # Jobs are often declared in other modules than the queue; if the app's module does
-        # not import them, the worker would claim every job and find none of them declared.
-        spec = args.app or os.environ.get("BATCHY_APP")
-        raise ConfigError(
-            f"app {spec!r}: the queue declares no job types, so this worker could run none "
-            "(each job it claimed would go to the dead set as unknown); import the modules "
-            "that declare them (@queue.job) from the app's module, or name a module that does"
-        )
+    queue.check_runnable(f"app {args.app or os.environ.get('BATCHY_APP')!r}")
     worker = Worker(
         queue,
         queues=args.queues,

@@ -403,8 +403,7 @@ class Backend(abc.ABC):
     def redact(location: str) -> str:
         """``location`` (a URL or a libpq ``key=value`` string) with any password masked."""
         if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", location):  # a URL opens with its scheme
-            # Read off the raw text, not urlsplit's parts: libpq and redis-py take a
-            # password holding ? or # (urlsplit ends the host there, and saw none).
+            # The raw text, not urlsplit's parts: a password may hold ? or # (urlsplit ends there).
             scheme, _, rest = location.partition("://")
             first = rest.find("@")
             if first >= 0:

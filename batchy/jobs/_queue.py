@@ -322,6 +322,17 @@ class Queue:
         """A handle for a job enqueued earlier (e.g. by another process)."""
         return Handle(self, job_id, "")
 
+    def check_runnable(self, who: str) -> None:
+        """Raise :class:`ConfigError` if a worker of this queue could run no job type."""
+        if not self.jobs:
+            # Jobs are often declared in other modules than the queue: a worker of a queue
+            # whose modules were not imported would send each job it claimed to the dead set.
+            raise ConfigError(
+                f"{who}: the queue on {self.backend.describe()} declares no job types, so "
+                "this worker could run none (each job it claimed would go to the dead set as "
+                "unknown); import the modules that declare them (@queue.job) before it runs"
+            )
+
     # -- operating -------------------------------------------------------------------
 
     async def info(self) -> Info:

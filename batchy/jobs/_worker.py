@@ -185,13 +185,7 @@ class Worker:
 
     async def run(self, *, signals: bool = False) -> None:
         """Run until stopped (or idle, with ``burst``); ``signals`` installs the handlers."""
-        if not self.queue.jobs:
-            # Each job it claimed would go to the dead set as a type it does not know.
-            raise ConfigError(
-                f"Worker: the queue on {self.queue.backend.describe()} declares no job types, "
-                "so this worker could run none; import the modules that declare them "
-                "(@queue.job) before the worker runs"
-            )
+        self.queue.check_runnable("Worker")
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._halt = asyncio.Event()
@@ -318,8 +312,7 @@ class Worker:
     def _no_answer(self) -> str:
         backend = self.queue.backend
         text = f"{backend!r} did not answer within {self.lease:g}s (the worker's lease)"
-        # A pool that waits for a connection the server refuses never says so to
-        # the call: the reason is the store's, if it has one.
+        # A pool waiting on a server that refuses it never tells the call; the store may.
         reason = backend.connect_error()
         return text if reason is None else f"{text}; its last try to connect failed: {reason}"
 

@@ -570,10 +570,10 @@ def test_worker_refuses_a_queue_that_declares_no_jobs(
         err = capsys.readouterr().err
         assert code == 2
         assert err == (
-            "batchy: error: app 'poison_bare_queue:queue': the queue declares no job types, "
-            "so this worker could run none (each job it claimed would go to the dead set as "
-            "unknown); import the modules that declare them (@queue.job) from the app's "
-            "module, or name a module that does\n"
+            "batchy: error: app 'poison_bare_queue:queue': the queue on SQLite "
+            f"{tmp_path / 'jobs.db'} declares no job types, so this worker could run none "
+            "(each job it claimed would go to the dead set as unknown); import the modules "
+            "that declare them (@queue.job) before it runs\n"
         )
 
         async def look() -> tuple[int, list[int]]:
