@@ -432,16 +432,7 @@ async def test_an_entry_that_cannot_be_read_is_a_miss_never_none(
         "format changes, and give caches that share a memcached their own prefix"
     )
 
-    raw = memcache.loader(client, prefix=prefix, name="raw")
-    Client(client.server).set(f"{prefix}bad", stored, flags=flags, noreply=False)
-    client.set(f"{prefix}good", "fine", noreply=False)
-    got = await load(raw, ["bad", "good"])
-    assert got[1] == "fine"
-    assert isinstance(got[0], DataSourceError)
-    assert str(got[0]).startswith(
-        f"loader 'raw' found an entry for key 'bad' in memcached at {users.server} that "
-        "cannot be read ("
-    )
+    await _a_raw_loader_fails_only_the_bad_entry(client, prefix, stored, flags, "")
 
 
 class StrictJson:
@@ -481,15 +472,25 @@ async def test_an_entry_the_clients_serde_raises_on_is_a_miss_not_an_outage(
         )
     )
 
-    raw = memcache.loader(own, prefix=prefix, name="raw")
-    Client(memcached).set(f"{prefix}bad", b"{not json", flags=7, noreply=False)
-    own.set(f"{prefix}good", "fine", noreply=False)
+    await _a_raw_loader_fails_only_the_bad_entry(own, prefix, b"{not json", 7, "JSONDecodeError: ")
+
+
+async def _a_raw_loader_fails_only_the_bad_entry(
+    client: Any, prefix: str, stored: bytes, flags: int, reason: str
+) -> None:
+    """memcache.loader over ``client``: the unreadable entry is its key's error, alone."""
+    from pymemcache.client.base import Client
+
+    raw = memcache.loader(client, prefix=prefix, name="raw")
+    Client(client.server).set(f"{prefix}bad", stored, flags=flags, noreply=False)
+    client.set(f"{prefix}good", "fine", noreply=False)
     got = await load(raw, ["bad", "good"])
     assert got[1] == "fine"
     assert isinstance(got[0], DataSourceError)
+    server = f"{client.server[0]}:{client.server[1]}"
     assert str(got[0]).startswith(
-        f"loader 'raw' found an entry for key 'bad' in memcached at {users.server} that "
-        "cannot be read (JSONDecodeError: "
+        f"loader 'raw' found an entry for key 'bad' in memcached at {server} that "
+        f"cannot be read ({reason}"
     )
 
 
