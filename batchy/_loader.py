@@ -99,7 +99,7 @@ class Loader(Generic[K, V]):
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
-                return _LazyLoad(self, key)  # no loop yet: file the key when it starts
+                return _UnstartedLoad(self, key)  # no loop yet: file the key when it starts
             sched = scheduler_for(loop)
             scope = _current.get()
         ck = key if self.key_fn is None else self._cache_key(key)
@@ -207,24 +207,68 @@ class _LazyLoad(Future[Any]):
 
     def __init__(self, loader: Loader[Any, Any], key: Any) -> None:
         super().__init__()
-        self._loader: Loader[Any, Any] | None = loader
+        self._loader = loader
         self._key = key
 
+    def __repr__(self) -> str:
+        state = ("pending", "done", "failed")[self._state]
+        return f"<batchy load {self._loader.name}({short_repr(self._key)}) {state}>"
+
     def _activate(self, sched: Scheduler, scope: Scope | None) -> None:
-        loader, self._loader = self._loader, None
-        if loader is not None:
-            # Activation runs in the context that waits on us (a handler's step,
-            # or asyncio code inside the scope), so the loader finds ``sched``
-            # and ``scope`` there by itself.
-            try:
-                real = loader(self._key)
-            except Exception as error:  # a bad key fails this load, where it is awaited
-                self._set_exception(error)
-                return
-            if real.done():
-                self._copy_from(real)
-            else:
-                real._add_waiter(self)
+        """Nothing to start: the load started when something first waited on it."""
+
+
+class _UnstartedLoad(_LazyLoad):
+    """A lazy load nothing has waited on yet; it becomes a :class:`_LazyLoad` when it starts.
+
+    Reading a value's attribute off it (``users_by_id(1).name``) is the mistake
+    of code that never waits on it, above all graphql-core run without batchy's
+    execution context, whose default resolver reads ``getattr(source, "name",
+    None)``: a null or "Cannot return null" that names nothing. So a public name
+    it lacks is a UsageError saying what to do. Only here: a ``__getattr__``
+    keeps CPython from specializing attribute reads of its class (twice their
+    cost), and a load is of this class only until it starts.
+    """
+
+    __slots__ = ()
+
+    if not TYPE_CHECKING:  # mypy still reports ``load(key).name`` on a Future
+
+        def __getattr__(self, name: str) -> Any:
+            # Private and dunder names stay AttributeErrors: asyncio, inspect,
+            # copy and graphql-core probe those with hasattr().
+            if name.startswith("_"):
+                raise AttributeError(
+                    f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self
+                )
+            raise _read_off_a_load(self._loader.name, self._key, name)
+
+    def _activate(self, sched: Scheduler, scope: Scope | None) -> None:
+        # Started: its attribute reads go at full speed again (the layout is the same).
+        self.__class__ = _LazyLoad  # type: ignore[assignment]
+        # Activation runs in the context that waits on us (a handler's step,
+        # or asyncio code inside the scope), so the loader finds ``sched``
+        # and ``scope`` there by itself.
+        try:
+            real = self._loader(self._key)
+        except Exception as error:  # a bad key fails this load, where it is awaited
+            self._set_exception(error)
+            return
+        if real.done():
+            self._copy_from(real)
+        else:
+            real._add_waiter(self)
+
+
+def _read_off_a_load(loader: str, key: Any, name: str) -> UsageError:
+    return UsageError(
+        f"{name!r} was read off the load {loader}({short_repr(key)}), a batchy future, not off "
+        f"its value; wait on the load for the value (value = yield {loader}(key), or await it, "
+        "or batchy.run(...)). In GraphQL, a resolver's future reached an execution that "
+        "does not run on batchy (graphql-core's default resolver reads fields off it): "
+        "use batchy_contrib.graphql's graphql_sync(...) or graphql(...), or pass graphql-core "
+        "executor_class=BatchyExecutionContext (execution_context_class= on graphql-core 3.2)"
+    )
 
 
 _AsyncSeq = Callable[[list[K]], Awaitable[Sequence[V]]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from typing import Any
 
@@ -476,3 +477,26 @@ def test_long_lived_loop_keeps_batching_new_arrivals() -> None:
 
     asyncio.run(main())
     assert calls == [[0, 1, 2], [10, 11, 12], [20, 21, 22]]
+
+
+def test_an_attribute_read_off_a_load_made_before_the_loop_says_to_wait_on_it() -> None:
+    @batchy.batched
+    def users_by_id(ids: list[int]) -> list[dict[str, Any]]:
+        return [{"name": f"u{i}"} for i in ids]
+
+    load = users_by_id(1)
+    assert repr(load).startswith("<batchy load ")
+    assert repr(load).endswith(".users_by_id(1) pending>")
+    with pytest.raises(batchy.UsageError) as caught:
+        load.name  # type: ignore[attr-defined]
+    message = str(caught.value)
+    assert message.startswith("'name' was read off the load ")
+    assert "users_by_id(1), a batchy future, not off its value" in message
+    assert "executor_class=BatchyExecutionContext" in message
+    # Probes of private and dunder names (asyncio, inspect, copy) still see nothing there.
+    assert not hasattr(load, "_asyncio_future_blocking")
+    assert not hasattr(load, "__aiter__")
+    assert not asyncio.isfuture(load)
+    assert inspect.isawaitable(load)
+    assert batchy.run(load) == {"name": "u1"}
+    assert load.result() == {"name": "u1"}

@@ -366,3 +366,42 @@ async def test_each_subscription_event_loads_afresh() -> None:
     got = [result.data async for result in events]  # type: ignore[union-attr]
     assert got == [{"tick": {"n": i, "user": f"user at event {i}"}} for i in range(3)]
     assert calls == [[1], [1], [1]]
+
+
+def test_graphql_core_run_without_batchy_says_to_pass_the_class() -> None:
+    # The first mistake: graphql-core's own entry point, and no execution context
+    # class. Its default resolver reads ``name`` off the loader's future.
+    result = gql.graphql_sync(SCHEMA, "{ user(id: 1) { name } }")
+    assert result.data == {"user": None}
+    [error] = result.errors or []
+    assert error.path == ["user", "name"]
+    assert error.message.startswith("'name' was read off the load names(1), a batchy future")
+    assert "executor_class=BatchyExecutionContext" in error.message
+    assert "execution_context_class= on graphql-core 3.2" in error.message
+
+
+def test_graphql_core_run_without_batchy_on_a_list_says_expected_iterable() -> None:
+    # What cannot be told better: graphql-core looks for an iterable by the class
+    # (isinstance, and on 3.3 its sync execution probes nothing else), and a
+    # future that looked iterable would mislead every other caller. The guide
+    # lists this message under the first mistakes.
+    @batchy.batched
+    def user_lists(ns: list[int]) -> list[list[dict[str, Any]]]:
+        return [[{"id": n, "name": "u"}] for n in ns]
+
+    schema = make_schema()
+    schema.query_type.fields["users"].resolve = lambda root, info, ids: user_lists(1)  # type: ignore[union-attr]
+    result = gql.graphql_sync(schema, "{ users(ids: [1]) { name } }")
+    assert [e.message for e in result.errors or []] == [
+        "Expected Iterable, but did not find one for field 'Query.users'."
+    ]
+    assert bgql.graphql_sync(schema, "{ users(ids: [1]) { name } }").data == {
+        "users": [{"name": "u"}]
+    }
+
+
+async def test_graphql_core_awaits_futures_without_batchy_in_async_execution() -> None:
+    # Not a mistake that fails: async graphql-core awaits the futures it is given.
+    result = await gql.graphql(SCHEMA, "{ user(id: 1) { name } users(ids: [2, 3]) { id } }")
+    assert result.errors is None
+    assert result.data == {"user": {"name": "u1"}, "users": [{"id": 2}, {"id": 3}]}
