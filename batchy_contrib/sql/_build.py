@@ -180,12 +180,16 @@ class Select:
     order: str  # "" or ' ORDER BY t."id" DESC'
 
 
-def keyed_sql(select: Select, n: int, d: Dialect, filtered: bool = True) -> str:
+def keyed_sql(
+    select: Select, n: int, d: Dialect, filtered: bool = True, charset: str | None = None
+) -> str:
     """The statement for ``n`` keys: each row with the position of the key it matched.
 
     Its placeholders take the keys in order, twice over with ``d.in_filter``
     and ``filtered`` (once for the positions, once for the ``IN`` filter): see
-    :func:`repeats`.
+    :func:`repeats`. ``charset`` (MySQL): the key column's character set, where
+    it is not the connection's; the keys are converted to it before they meet
+    the column (see :mod:`.mysql`).
     """
     s = select
     if d.array:
@@ -210,11 +214,12 @@ def keyed_sql(select: Select, n: int, d: Dialect, filtered: bool = True) -> str:
             rest = " UNION ALL SELECT " + " UNION ALL SELECT ".join(r[1:-1] for r in rows[1:])
         head = ""
         source = f"({first}{rest}) AS k"
+    key = f"k.{KEY}" if charset is None else f"CONVERT(k.{KEY} USING {charset})"
     where = f" WHERE t.{s.key} IN {d.params(n)}" if d.in_filter and filtered else ""
     prefix = d.keyed_prefix if filtered or d.unfiltered_prefix is None else d.unfiltered_prefix
     return (
         f"{prefix}{head}SELECT k.{POS}, {s.columns} FROM {source} "
-        f"JOIN {s.table} AS t ON t.{s.key} = k.{KEY}{where}{s.order}"
+        f"JOIN {s.table} AS t ON t.{s.key} = {key}{where}{s.order}"
     )
 
 

@@ -32,6 +32,7 @@ from typing import Any, TypeVar, overload
 import batchy
 from batchy import LoaderError, UsageError, short_repr
 
+from ..errors import DataSourceError
 from ._build import (
     KEYS_MARK,
     Dialect,
@@ -108,6 +109,14 @@ class SQLDatabase(abc.ABC):
         learns what the key column is from the result tells ``match`` here.
         """
         return await self._rows(sql, keys, repeat=repeat)
+
+    def _key_kind(self, key: Any) -> object:
+        """The kind of SQL value ``key`` is sent as, where the server types the keys' column
+        by the batch (MySQL: one text key makes every key text); None where it does not.
+
+        Keys of different kinds go in statements of their own (see :meth:`_load`).
+        """
+        return None
 
     @abc.abstractmethod
     def _bind_problem(self, key: Any) -> str | None:
@@ -300,10 +309,10 @@ class SQLDatabase(abc.ABC):
     ) -> Select:
         return select(self.dialect, table, key, columns, order_by)
 
-    def _keyed(self, spec: Select) -> Callable[[int, bool], str]:
-        def statement(n: int, filtered: bool) -> str:
+    def _keyed(self, spec: Select) -> Callable[[int, bool, str | None], str]:
+        def statement(n: int, filtered: bool, charset: str | None) -> str:
             # self.dialect is read per batch: MySQL learns MariaDB's faster form later.
-            return keyed_sql(spec, n, self.dialect, filtered)
+            return keyed_sql(spec, n, self.dialect, filtered, charset)
 
         return statement
 
@@ -316,7 +325,7 @@ class SQLDatabase(abc.ABC):
     def _loader(
         self,
         match: Match,
-        keyed: Callable[[int, bool], str] | None,
+        keyed: Callable[[int, bool, str | None], str] | None,
         plain: Callable[[int], str],
         row: Callable[..., Any] | None,
         max_batch_size: int | None,
@@ -348,11 +357,55 @@ class SQLDatabase(abc.ABC):
     async def _load(
         self,
         match: Match,
-        keyed: Callable[[int, bool], str] | None,
+        keyed: Callable[[int, bool, str | None], str] | None,
         plain: Callable[[int], str],
         keys: list[Any],
     ) -> list[Any]:
-        """One batch: keys the driver cannot bind fail alone, the rest go in one statement."""
+        """One batch: one statement per kind of key (usually one), each key's value in order.
+
+        Why kinds: MySQL types the derived table of keys by all its rows, so in
+        ``[0, 'ada']`` the key 0 became the text '0' and compared as text with a
+        text column, where ``WHERE name = 0`` alone compares as numbers (and
+        ``1.5`` beside a big int made the int a double). A key's rows must not
+        depend on the other keys of its batch, so each kind goes alone.
+        """
+        groups = self._kinds(keys) if keyed is not None else None
+        if groups is None:
+            return await self._load_kind(match, keyed, plain, keys)
+        out: list[Any] = [None] * len(keys)
+        for group in groups:
+            try:
+                values = await self._load_kind(match, keyed, plain, [keys[i] for i in group])
+            except DataSourceError as error:  # this kind's statement failed: its keys only
+                values = [error] * len(group)
+            for i, value in zip(group, values, strict=True):
+                out[i] = value
+        return out
+
+    def _kinds(self, keys: list[Any]) -> list[list[int]] | None:
+        """The keys' positions grouped by :meth:`_key_kind`, or None if they are of one kind."""
+        kind = self._key_kind
+        first = next((kind(k) for k in keys if k is not None), None)
+        if all(k is None or kind(k) == first for k in keys):
+            return None  # the usual batch: one kind, one statement
+        groups: dict[object, list[int]] = {}
+        for i, k in enumerate(keys):
+            if k is not None:  # NULL matches nothing, whatever its neighbours
+                groups.setdefault(kind(k), []).append(i)
+        nulls = [i for i, k in enumerate(keys) if k is None]
+        if nulls:
+            next(iter(groups.values())).extend(nulls)
+        return list(groups.values())
+
+    async def _load_kind(
+        self,
+        match: Match,
+        keyed: Callable[[int, bool, str | None], str] | None,
+        plain: Callable[[int], str],
+        keys: list[Any],
+    ) -> list[Any]:
+        """Keys of one kind: those the driver cannot bind fail alone, the rest go in one
+        statement."""
         name = match.name
         alone: dict[int, object] = {}  # index in keys -> that key's own error, or _ABSENT
         binds = self.plain_key_types
@@ -380,14 +433,14 @@ class SQLDatabase(abc.ABC):
                         # the column's hash join matches as = does (see _build).
                         d = self.dialect
                         filtered = d.unfiltered_prefix is None or not match.hash_joinable(batch)
-                        sql = keyed(len(batch), filtered)
+                        sql = keyed(len(batch), filtered, match.charset_for(batch))
                         repeat = repeats(d, filtered)
                     else:
                         sql = plain(len(batch))
                     try:
                         rows = await self._key_rows(sql, batch, repeat, match)
                     except KeysRejected as rejected:
-                        if not rejected.bad:
+                        if not rejected.bad and not rejected.again:
                             raise
                         # Nothing came back: fail those keys alone and send the rest.
                         why = unreadable_key if rejected.by_server else unencodable_key

@@ -60,6 +60,8 @@ class KeysRejected(Exception):
     statement failed as a whole, so it too is sent again without them.
     ``absent``: those of ``bad`` that cannot be in the column at all (a domain's
     CHECK refuses them): they get no row, as ``WHERE col = key`` would say.
+    ``again``: the backend learnt how to write the statement for this column
+    (MySQL: the column's character set); build it again and send it.
     """
 
     def __init__(
@@ -68,11 +70,13 @@ class KeysRejected(Exception):
         *,
         by_server: bool = False,
         absent: set[int] | frozenset[int] = frozenset(),
+        again: bool = False,
     ) -> None:
         super().__init__(f"{len(bad)} parameter(s) could not be encoded")
         self.bad = bad
         self.by_server = by_server
         self.absent = absent
+        self.again = again
 
 
 def _err(error: BaseException) -> str:

@@ -57,12 +57,15 @@ class Seen:
     Shared by every loader of the database, so a loader made per request gains too.
     """
 
-    __slots__ = ("hashable", "ints")
+    __slots__ = ("charsets", "hashable", "ints")
 
     def __init__(self) -> None:
         self.ints: set[tuple[str, str]] = set()  # returned only ints so far
         #: Last reported as a column whose hash join matches text keys as = does.
         self.hashable: set[tuple[str, str]] = set()
+        #: MySQL: the character set of a column the server would not compare with
+        #: the connection's text (latin1, ascii); its keys are converted to it.
+        self.charsets: dict[tuple[str, str], str] = {}
 
 
 class Match:
@@ -99,6 +102,26 @@ class Match:
             self.seen.ints.add(self.column)
         else:
             self.seen.ints.discard(self.column)
+
+    @property
+    def charset(self) -> str | None:
+        """The key column's character set, once learnt because it is not the connection's."""
+        return self.seen.charsets.get(self.column)
+
+    def charset_for(self, keys: list[Any]) -> str | None:
+        """The charset to convert these keys to: :attr:`charset`, if they are all text
+        (a date is sent as text too); None for numbers and bytes, which are no text."""
+        charset = self.charset
+        if charset is None or any(isinstance(k, _NOT_TEXT) for k in keys):
+            return None
+        return charset
+
+    def learn_charset(self, charset: str | None) -> None:
+        """Record the key column's character set (None: the connection's, no conversion)."""
+        if charset is None:
+            self.seen.charsets.pop(self.column, None)
+        else:
+            self.seen.charsets[self.column] = charset
 
     def exact_in_python(self, keys: list[Any]) -> bool:
         """True if Python's == gives these keys the rows the server would (no positions needed)."""
@@ -246,6 +269,9 @@ class Match:
             KeyTypeWarning,
             stacklevel=2,
         )
+
+
+_NOT_TEXT = (int, float, decimal.Decimal, bytes, bytearray, memoryview)
 
 
 def _family(value: Any) -> str | None:

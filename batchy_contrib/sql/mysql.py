@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import decimal
+import re
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -107,6 +108,49 @@ _ACCEPTED = "None, int, float, str, bytes, Decimal, date, datetime, time or time
 #: Server errors that mean "stopped", not "wrong": KILL QUERY, MariaDB's
 #: max_statement_time, MySQL's max_execution_time.
 _KILLED = frozenset({1317, 1969, 3024})
+#: "Illegal mix of collations" (for =, for IN's 3 or more): text keys against a
+#: column of another charset.
+_MIXED_COLLATIONS = frozenset({1267, 1270, 1271})
+_CHARSET_NAME = re.compile(r"[a-z0-9_]{1,32}")
+#: Python's codec for what a MySQL charset can hold (None: any text, "bmp": up to
+#: U+FFFF). MariaDB's latin1 is cp1252, with its five gaps kept as themselves.
+_CODECS: dict[str, str | None] = {
+    "utf8mb4": None,
+    "utf16": None,
+    "utf16le": None,
+    "utf32": None,
+    "utf8mb3": "bmp",
+    "utf8": "bmp",
+    "ucs2": "bmp",
+    "latin1": "cp1252",
+    "ascii": "ascii",
+    "latin2": "iso8859_2",
+    "latin5": "iso8859_9",
+    "latin7": "iso8859_13",
+    "greek": "iso8859_7",
+    "hebrew": "iso8859_8",
+    "cp1250": "cp1250",
+    "cp1251": "cp1251",
+    "cp1256": "cp1256",
+    "cp1257": "cp1257",
+    "cp850": "cp850",
+    "cp852": "cp852",
+    "cp866": "cp866",
+    "koi8r": "koi8_r",
+    "koi8u": "koi8_u",
+    "macroman": "mac_roman",
+    "macce": "mac_latin2",
+    "tis620": "tis_620",
+    "sjis": "shift_jis",
+    "cp932": "cp932",
+    "ujis": "euc_jp",
+    "eucjpms": "euc_jp",
+    "euckr": "euc_kr",
+    "gbk": "gbk",
+    "gb2312": "gb2312",
+    "big5": "big5",
+}
+_LATIN1_GAPS = str.maketrans("", "", "\x81\x8d\x8f\x90\x9d")
 
 
 class Database(SQLDatabase):
@@ -204,12 +248,45 @@ class Database(SQLDatabase):
         return pool
 
     async def _key_rows(self, sql: str, keys: list[Any], repeat: int, match: Match) -> list[Row]:
+        charset = match.charset_for(keys)
+        if charset is not None:
+            # Converted to a charset that lacks it, a key would become '?' and find
+            # the row '?': it fails alone, as WHERE col = key alone is refused.
+            bad: dict[int, BaseException] = {
+                i: e for i, k in enumerate(keys) if (e := _unheld(k, charset, match))
+            }
+            if bad:
+                raise KeysRejected(bad, by_server=True)
         fields: dict[str, Any] = {}
-        rows = await self._rows(sql, keys, repeat=repeat, fields=fields)
+        try:
+            rows = await self._rows(sql, keys, repeat=repeat, fields=fields)
+        except pymysql.err.OperationalError as error:
+            # A derived table's text is no literal, so the server will not convert it to
+            # a latin1 or ascii column's charset as it does a key alone ("Illegal mix of
+            # collations"): learn the column's charset and convert the keys to it.
+            if error.args[0] not in _MIXED_COLLATIONS:
+                raise
+            learnt = await self._charset(match)
+            if learnt is None or learnt == match.charset:
+                raise  # nothing new to try
+            match.learn_charset(learnt)
+            raise KeysRejected({}, again=True) from error
         # Learnt from every result, so an ALTER TABLE is seen at once (and a batch
         # sent unfiltered to a column that is no longer hash-joinable is asked again).
         match.learn_hashable(_hash_joins_as_equal(fields.get(match.key)))
         return rows
+
+    async def _charset(self, match: Match) -> str | None:
+        """The key column's character set, from the catalog (None: not found, or binary)."""
+        table, column = match.column
+        found = await self._rows(
+            "SELECT CHARACTER_SET_NAME AS cs FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = %s",
+            [table, column],
+        )
+        name = found[0]["cs"] if found else None
+        # Written into the statement: only a plain name (the server's, but still checked).
+        return name if isinstance(name, str) and _CHARSET_NAME.fullmatch(name) else None
 
     async def _rows(
         self,
@@ -267,6 +344,19 @@ class Database(SQLDatabase):
         if key is None or (isinstance(key, _BINDS) and not isinstance(key, CONTAINERS)):
             return None
         return refusal(key, _ACCEPTED)
+
+    def _key_kind(self, key: Any) -> object:
+        # The SQL type of the key's literal: int, double, decimal, hex (bytes), or a
+        # quoted string (str, and dates and times, which PyMySQL writes as strings).
+        if isinstance(key, int):
+            return int
+        if isinstance(key, float):
+            return float
+        if isinstance(key, decimal.Decimal):
+            return decimal.Decimal
+        if isinstance(key, (bytes, bytearray, memoryview)):
+            return bytes
+        return str
 
     def _classify(self, error: BaseException) -> Kind:
         pool = self.pool
@@ -393,6 +483,37 @@ def _literal(conn: Any, p: Any) -> str:
     if isinstance(p, CONTAINERS):  # PyMySQL would write a list "(1,2)", or refuse
         raise TypeError(f"{kind.__name__} can not be used as parameter")
     return conn.escape(p)  # type: ignore[no-any-return]
+
+
+def _unheld(key: Any, charset: str, match: Match) -> ValueError | None:
+    """Why a column of ``charset`` cannot hold the text key ``key``, or None if it can."""
+    if type(key) is not str or key.isascii():
+        return None
+    codec = _CODECS.get(charset, "")
+    if codec is None:
+        return None
+    lacking = ""
+    if codec == "bmp":
+        lacking = next((c for c in key if ord(c) > 0xFFFF), "")
+    elif codec:
+        text = key.translate(_LATIN1_GAPS) if charset == "latin1" else key
+        try:
+            text.encode(codec)
+        except UnicodeEncodeError as error:
+            lacking = error.object[error.start]
+    else:
+        return ValueError(
+            f"the column {'.'.join(match.column)} is in character set {charset}, which "
+            "batchy cannot check text against, so its non-ASCII keys are not sent (a key "
+            "it lacks would be compared as '?'); convert the column to utf8mb4"
+        )
+    if not lacking:
+        return None
+    return ValueError(
+        f"the column {'.'.join(match.column)} is in character set {charset}, which has no "
+        f"{lacking!r} (WHERE {match.key} = key alone is refused, or finds nothing); convert "
+        "the column to utf8mb4 to hold any text"
+    )
 
 
 def _hash_joins_as_equal(field: Any) -> bool:

@@ -136,7 +136,8 @@ async def test_a_string_key_gets_the_row_of_an_int_column(db: Any) -> None:
     before = await statements(db)
     rows = await load_all(by_id, ["1", 2, 1])
     assert rows == [{"id": 1, "label": "one"}, {"id": 2, "label": "two"}, {"id": 1, "label": "one"}]
-    assert await statements(db) - before == 1
+    # MySQL types its keys' column by the batch, so text and int keys go apart there.
+    assert await statements(db) - before == (2 if backend(db) == "mysql" else 1)
 
 
 async def test_our_position_column_never_shows_and_a_column_named_pos_is_kept(db: Any) -> None:
