@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from contrib_helpers import statements
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import batchy
@@ -227,15 +227,15 @@ def variants(word: str) -> list[str]:
 KEYS = st.lists(st.sampled_from(WORDS).flatmap(lambda w: st.sampled_from(variants(w))), max_size=12)
 
 
-async def check(db: Any, keys: list[str]) -> None:
+async def check(db: Any, keys: list[str], table: str = "folks") -> None:
     p = db.dialect.param
-    by_name_many = db.many("folks", "name", order_by="id", columns=["id"])
-    by_name_one = db.one("folks", "name", columns=["id"])
+    by_name_many = db.many(table, "name", order_by="id", columns=["id"])
+    by_name_one = db.one(table, "name", columns=["id"])
     async with batchy.scope():
         many = await batchy.gather(*(by_name_many(k) for k in keys))
         one = await batchy.gather(*(by_name_one(k) for k in keys), return_exceptions=True)
     for k, rows, single in zip(keys, many, one, strict=True):
-        alone = await db.fetch(f"SELECT id FROM folks WHERE name = {p} ORDER BY id", [k])
+        alone = await db.fetch(f"SELECT id FROM {table} WHERE name = {p} ORDER BY id", [k])
         want = [r["id"] for r in alone]
         assert [r["id"] for r in rows] == want, k
         if len(want) > 1:
@@ -274,6 +274,26 @@ def test_each_key_gets_exactly_what_the_server_returns_for_it_alone_sqlite(
         db.close_now()
 
 
+#: MariaDB hash-joins only a table big enough to be worth it: with WORDS alone it
+#: never did, and a hash join that compares bytes went unseen. Made once per column
+#: kind (module-level, kept for the session's database), so examples stay fast.
+FILLER = 2000
+_MARIADB_TABLES: dict[tuple[str, str, bool], str] = {}
+
+
+async def mariadb_folks(db: mysql.Database, collation: str, kind: str, indexed: bool) -> str:
+    table = _MARIADB_TABLES.get((collation, kind, indexed))
+    if table is None:
+        table = f"folks_{len(_MARIADB_TABLES)}"
+        rows = [(i, w) for i, w in enumerate(WORDS)]
+        rows += [(len(WORDS) + i, f"filler{i:05}") for i in range(FILLER)]
+        await make(db, table, f"id INTEGER PRIMARY KEY, name {kind} COLLATE {collation}", rows)
+        if indexed:
+            await db.execute(f"CREATE INDEX {table}_name ON {table} (name)")
+        _MARIADB_TABLES[(collation, kind, indexed)] = table
+    return table
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     keys=KEYS,
@@ -291,17 +311,24 @@ def test_each_key_gets_exactly_what_the_server_returns_for_it_alone_sqlite(
     ),
     kind=st.sampled_from(["VARCHAR(20)", "CHAR(20)"]),
 )
+# The mixes a hash join got wrong, pinned: a trailing space under a PAD SPACE _bin
+# VARCHAR ('Ada ' lost 'Ada'), and a CHAR under a NO PAD _ci collation.
+@example(keys=["Ada ", "ada", "a "], indexed=False, collation="utf8mb4_bin", kind="VARCHAR(20)")
+@example(
+    keys=["ADA", "a ", "A"], indexed=False, collation="utf8mb4_unicode_nopad_ci", kind="CHAR(20)"
+)
+@example(keys=["a", "a "], indexed=False, collation="utf8mb4_nopad_bin", kind="CHAR(20)")
 def test_each_key_gets_exactly_what_the_server_returns_for_it_alone_mariadb(
     mysql_url: str, keys: list[str], indexed: bool, collation: str, kind: str
 ) -> None:
     async def run() -> None:
         db = await mysql.connect(mysql_url, maxsize=2)
         try:
-            await fill_folks(db, f"COLLATE {collation}", indexed=indexed, kind=kind)
+            table = await mariadb_folks(db, collation, kind, indexed)
             # Twice: the first batch learns whether name's hash join matches as = does;
             # if so the second goes without the IN filter (hash join, or the index).
-            await check(db, keys)
-            await check(db, keys)
+            await check(db, keys, table)
+            await check(db, keys, table)
         finally:
             await db.close()
 
