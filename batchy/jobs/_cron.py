@@ -18,6 +18,11 @@ __all__ = ["Cron", "Every", "Schedule"]
 #: The longest each month gets (February 29th in leap years).
 _LONGEST = {m: 29 if m == 2 else 30 if m in (4, 6, 9, 11) else 31 for m in range(1, 13)}
 
+#: Days a tick is looked for: the longest wait of an expression that ticks at all
+#: is eight years, from a February 29th to the next across a century that is not
+#: a leap year (2096 to 2104), so five years are too few.
+_HORIZON = 366 * 8 + 1
+
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day", 1, 31), ("month", 1, 12), ("weekday", 0, 7))
 
 
@@ -127,8 +132,8 @@ class Cron:
         start = dt.datetime.fromtimestamp(t, dt.UTC).replace(second=0, microsecond=0)
         start += dt.timedelta(minutes=1)
         day = start.date()
-        # Walk days (at most ~5 years, covering Feb 29), then hours and minutes in a day.
-        for _ in range(366 * 5):
+        # Walk days (at most _HORIZON), then hours and minutes in a day.
+        for _ in range(_HORIZON):
             if day.month in self.months and self._day_matches(day):
                 first = start if day == start.date() else None
                 for hour in sorted(self.hours):

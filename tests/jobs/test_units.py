@@ -54,6 +54,8 @@ def test_sidekiq_backoff_bounds() -> None:
         ("30 9 * * 1-5", "2026-01-02T10:00:00", "2026-01-05T09:30:00"),  # Fri -> Mon
         ("0 0 1 * *", "2026-01-15T00:00:00", "2026-02-01T00:00:00"),
         ("0 0 29 2 *", "2026-03-01T00:00:00", "2028-02-29T00:00:00"),
+        # 2100 is not a leap year: eight years to the next February 29th.
+        ("0 0 29 2 *", "2096-03-01T00:00:00", "2104-02-29T00:00:00"),
         ("0 12 * * 7", "2026-01-01T00:00:00", "2026-01-04T12:00:00"),  # 7 is Sunday
         ("0 0 13 * 5", "2026-01-01T00:00:00", "2026-01-02T00:00:00"),  # day OR weekday
         ("30/1 * * * *", "2026-01-01T10:30:00", "2026-01-01T10:31:00"),  # N/1 was just N
@@ -62,6 +64,41 @@ def test_sidekiq_backoff_bounds() -> None:
 )
 def test_cron_next_after(expr: str, after: str, expected: str) -> None:
     assert Cron(expr).next_after(ts(after)) == ts(expected)
+
+
+_FIELD = st.one_of(
+    st.just("*"),
+    st.integers(1, 9).map(lambda n: f"*/{n}"),
+    st.lists(st.integers(0, 31), min_size=1, max_size=3).map(lambda v: ",".join(map(str, v))),
+)
+
+
+@given(
+    minute=_FIELD.filter(
+        lambda f: all(int(v) <= 59 for v in f.replace("*/", "").split(",") if v != "*")
+    ),
+    hour=_FIELD.filter(
+        lambda f: all(int(v) <= 23 for v in f.replace("*/", "").split(",") if v != "*")
+    ),
+    day=st.sampled_from(["*", "1", "15", "28", "29", "30", "31", "29,30"]),
+    month=st.sampled_from(["*", "2", "2,4", "4,6,9,11", "12"]),
+    weekday=st.sampled_from(["*", "0", "1-5", "6,0"]),
+    after=st.floats(0, 9.5e9),  # 1970 to 2271, across the centuries that are not leap years
+)
+def test_cron_next_after_finds_the_first_matching_minute(
+    minute: str, hour: str, day: str, month: str, weekday: str, after: float
+) -> None:
+    expr = f"{minute} {hour} {day} {month} {weekday}"
+    try:
+        cron = Cron(expr)
+    except Exception:  # an expression refused at declaration never reaches a worker
+        return
+    tick = cron.next_after(after)  # an accepted expression always has a next tick
+    at = dt.datetime.fromtimestamp(tick, dt.UTC)
+    assert tick > after and at.second == 0
+    assert at.minute in cron.minutes and at.hour in cron.hours and at.month in cron.months
+    dom, dow = at.day in cron.days, at.isoweekday() % 7 in cron.weekdays
+    assert (dom and dow) if "*" in (day, weekday) else (dom or dow)
 
 
 def test_every_is_aligned_and_strictly_after() -> None:
