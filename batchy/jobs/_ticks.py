@@ -27,6 +27,8 @@ __all__ = ["PeriodicLike", "Ticks"]
 
 #: Seconds between tries of a tick whose push failed.
 RETRY = 1.0
+#: Seconds between looks at a schedule whose next_after() raised.
+BROKEN_RETRY = 60.0
 
 
 class PeriodicLike(Protocol):
@@ -47,6 +49,7 @@ class Ticks:
         self._next: dict[str, float] = {}
         self._after: dict[str, float] = {}  # the next ticks once the due ones are pushed
         self._retry_at = 0.0
+        self._broken: dict[str, float] = {}  # schedules that raised: when to ask again
 
     def next_at(self) -> float | None:
         """The Unix time of the earliest next tick, None before the first look (or none)."""
@@ -64,32 +67,60 @@ class Ticks:
             return envelopes
         for periodic in self.periodics:
             name = periodic.job.name
-            due = self._next.get(name)
-            if due is None:
-                self._next[name] = periodic.schedule.next_after(now)
+            if self._broken.get(name, 0.0) > now:
                 continue
-            if now < due:
+            try:
+                found = self._tick(periodic, now)
+            except Exception as error:  # a schedule of the user's own: fails only its job
+                self._failed(name, periodic.schedule, error, now)
                 continue
-            tick = due
-            for _ in range(100_000):  # a stalled worker enqueues only the latest tick
-                following = periodic.schedule.next_after(tick)
-                if following > now or following <= tick:
-                    break
-                tick = following
-            self._after[name] = periodic.schedule.next_after(tick)
-            message = periodic.job.call().message(now)
-            interval = self._after[name] - tick
-            envelope = Envelope(
-                message.id,
-                message.queue,
-                encode(message, self.serializer),
-                unique=f"periodic:{name}:{tick:.6f}",
-                # Long past any push of this tick; capped, since the stores keep
-                # nothing past ten years (a yearly 29 February is four apart).
-                unique_ttl=min(float(MAX_SPAN), max(3600.0, 3 * interval)),
-            )
-            envelopes.append((message, envelope))
+            self._broken.pop(name, None)
+            if found is not None:
+                envelopes.append(found)
         return envelopes
+
+    def _tick(self, periodic: PeriodicLike, now: float) -> tuple[Message, Envelope] | None:
+        name = periodic.job.name
+        due = self._next.get(name)
+        if due is None:
+            self._next[name] = periodic.schedule.next_after(now)
+            return None
+        if now < due:
+            return None
+        tick = due
+        for _ in range(100_000):  # a stalled worker enqueues only the latest tick
+            following = periodic.schedule.next_after(tick)
+            if following > now or following <= tick:
+                break
+            tick = following
+        self._after[name] = periodic.schedule.next_after(tick)
+        call = periodic.job.call()
+        message = call.message(now)
+        interval = self._after[name] - tick
+        envelope = Envelope(
+            message.id,
+            message.queue,
+            encode(message, self.serializer),
+            key=periodic.job.order_key(call),  # ordered_by= keeps its runs one at a time
+            unique=f"periodic:{name}:{tick:.6f}",
+            # Long past any push of this tick; capped, since the stores keep
+            # nothing past ten years (a yearly 29 February is four apart).
+            unique_ttl=min(float(MAX_SPAN), max(3600.0, 3 * interval)),
+        )
+        return message, envelope
+
+    def _failed(self, name: str, schedule: Schedule, error: Exception, now: float) -> None:
+        # Logged once a streak: the schedule is asked again each BROKEN_RETRY seconds,
+        # from a first look (no tick of the time it was broken is made up for).
+        if name not in self._broken:
+            log.error(
+                "periodic job %r: its schedule %r failed (%s: %s), so it does not tick; "
+                "asked again every %gs until it answers. Fix its next_after()",
+                name, schedule, type(error).__name__, error, BROKEN_RETRY,
+            )  # fmt: skip
+        self._broken[name] = now + BROKEN_RETRY
+        self._next.pop(name, None)
+        self._after.pop(name, None)
 
     async def push_due(
         self,

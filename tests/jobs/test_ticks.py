@@ -114,3 +114,71 @@ async def test_a_tick_four_years_apart_is_enqueued(caplog: pytest.LogCaptureFixt
         await step(ticks, store, noon + 1, failures)
     assert failures == [] and caplog.records == []
     assert store.kept == [f"periodic:leap:{noon:.6f}"]
+
+
+class Holidays:
+    """A schedule of the user's own whose next_after raises while ``broken``."""
+
+    def __init__(self) -> None:
+        self.broken = False
+
+    def next_after(self, t: float) -> float:
+        if self.broken:
+            raise LookupError("holiday table missing")
+        return (t // 60 + 1) * 60
+
+    def __repr__(self) -> str:
+        return "Holidays()"
+
+
+async def test_a_schedule_that_raises_stops_only_its_own_job(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Its error went up the worker's loop: the worker died, and every periodic job
+    # with it.
+    queue = Queue(MemoryBackend())
+    holidays = Holidays()
+
+    @queue.periodic(holidays, name="payroll")
+    async def payroll() -> None:
+        return None
+
+    @queue.periodic(60, name="report")
+    async def report() -> None:
+        return None
+
+    ticks = Ticks(queue.periodics, queue.serializer)
+    store, failures = Flaky(), []
+    await step(ticks, store, START, failures)  # the first look
+    holidays.broken = True
+    with caplog.at_level(logging.ERROR, "batchy.jobs"):
+        for now in (START + 30, START + 90, START + 150):
+            await step(ticks, store, now, failures)
+    assert store.kept == [tick(START + 30), tick(START + 90), tick(START + 150)]
+    (line,) = [r.getMessage() for r in caplog.records]  # once, not at every look
+    assert line == (
+        "periodic job 'payroll': its schedule Holidays() failed (LookupError: holiday table "
+        "missing), so it does not tick; asked again every 60s until it answers. Fix its "
+        "next_after()"
+    )
+    holidays.broken = False  # fixed: a first look, then its ticks again
+    await step(ticks, store, START + 210, failures)
+    await step(ticks, store, START + 270, failures)
+    assert store.kept[-2:] == [f"periodic:payroll:{START + 270:.6f}", tick(START + 270)]
+    assert failures == []
+
+
+def test_a_periodic_job_ordered_by_a_key_has_its_ticks_ordered() -> None:
+    # ordered_by= was taken and ignored: the ticks went in with no ordering key, so a
+    # run longer than the interval overlapped the next one.
+    queue = Queue(MemoryBackend())
+
+    @queue.periodic(60, name="payroll", ordered_by=lambda: "payroll")
+    async def payroll() -> None:
+        return None
+
+    ticks = Ticks(queue.periodics, queue.serializer)
+    assert ticks.due(START) == []  # the first look
+    ((_, envelope),) = ticks.due(START + 30)
+    assert envelope.key == payroll.order_key(payroll.call())
+    assert envelope.key is not None and envelope.key.endswith(":payroll")
