@@ -13,10 +13,18 @@ a lone surrogate) stops the whole array before anything is sent, and a key the
 server cannot read as the column's type (``'x'`` for an integer column) fails
 the whole statement. :func:`unencodable` and :func:`unreadable` find those
 keys, so the loader fails only them and sends the others again.
+
+Why some keys are checked after the statement: ``date``, ``timestamp`` and
+``time`` input drops, without a word, what the type has no room for: a
+``date`` column reads ``'2024-01-01 00:00:01'`` as 2024-01-01, a ``timestamp``
+one ``'2024-01-01 12:00+05:00'`` as 12:00. ``WHERE col = %s`` with the same
+Python value compares it whole, so such a key would get a row it is not equal
+to. :func:`misread` finds them from the key column's type the result reports.
 """
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -24,7 +32,7 @@ from typing import Any
 import psycopg
 from psycopg.adapt import PyFormat, Transformer
 
-__all__ = ["key_array", "unencodable", "unreadable"]
+__all__ = ["key_array", "misread", "unencodable", "unreadable"]
 
 #: psycopg's text dumper per key type (one instance each: they keep no state per value).
 _DUMPERS: dict[type, Any] = {}
@@ -144,3 +152,41 @@ def _body(sql: str) -> str:
     while body.endswith(";"):
         body = body[:-1].rstrip()
     return body
+
+
+_DATE, _TIMESTAMP, _TIME = (psycopg.adapters.types[n].oid for n in ("date", "timestamp", "time"))
+
+
+class MisreadKeyError(psycopg.DataError):
+    """A key the column's type reads without a part of it (its UTC offset)."""
+
+
+def misread(
+    keys: Sequence[Any], column: str, oid: int
+) -> tuple[dict[int, BaseException], set[int]]:
+    """The keys a ``date``/``timestamp``/``time`` column ``column`` (type ``oid``) read in part.
+
+    A datetime with a time of day against a ``date`` column cannot equal any of
+    its values: it is absent (no row, as ``WHERE col = key`` says). A key with a
+    UTC offset against a column without a time zone is an error: the server read
+    it without the offset, and what it equals depends on the session's time zone.
+    Returns the bad keys by position, and which of them are only absent.
+    """
+    bad: dict[int, BaseException] = {}
+    absent: set[int] = set()
+    if oid not in (_DATE, _TIMESTAMP, _TIME):
+        return bad, absent
+    timed = datetime.time if oid == _TIME else datetime.datetime
+    for i, k in enumerate(keys):
+        if not isinstance(k, timed):
+            continue
+        if k.tzinfo is not None:
+            kind = {_DATE: "date", _TIMESTAMP: "timestamp without time zone"}.get(oid, "time")
+            bad[i] = MisreadKeyError(
+                f"column {column!r} is {kind}, which reads the key without its UTC offset; "
+                "pass it without tzinfo, in the zone the column's values are in"
+            )
+        elif isinstance(k, datetime.datetime) and oid == _DATE and k.time() != datetime.time(0):
+            bad[i] = MisreadKeyError(f"column {column!r} is a date; the key has a time of day")
+            absent.add(i)
+    return bad, absent

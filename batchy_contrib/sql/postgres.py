@@ -57,11 +57,12 @@ from ..errors import (
     QueryInterruptedError,
     QueryRejectedError,
 )
+from ._build import POS
 from ._core import CONNECTING, Dialect, KeysRejected, Row, SQLDatabase, identifier
 from ._errors import CONTAINERS, Kind, refusal
 from ._loops import EventLoopError, PerLoop, foreign_loop, running_loop
 from ._match import KeyTypeWarning, Match
-from ._postgres_keys import client_side, key_array, unencodable, unreadable
+from ._postgres_keys import client_side, key_array, misread, unencodable, unreadable
 from ._postgres_pools import (
     Pool,
     PoolClosedError,
@@ -232,14 +233,21 @@ class Database(SQLDatabase):
             await pool.putconn(conn)
 
     async def _rows(self, sql: str, params: Sequence[Any], *, repeat: int = 1) -> list[Row]:
+        rows, _ = await self._described(sql, list(params) * repeat if repeat > 1 else params)
+        return rows
+
+    async def _described(self, sql: str, params: Sequence[Any]) -> tuple[list[Row], Any]:
+        """The rows of one statement, and the description of its columns (None: no rows)."""
         async with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await _execute(conn, cur, sql, list(params) * repeat if repeat > 1 else params)
-            return await cur.fetchall() if cur.description is not None else []
+            await _execute(conn, cur, sql, params)
+            if cur.description is None:
+                return [], None
+            return await cur.fetchall(), cur.description
 
     async def _key_rows(self, sql: str, keys: list[Any], repeat: int, match: Match) -> list[Row]:
         # One array, whatever the statement (module docstring of _postgres_keys).
         try:
-            return await self._rows(sql, [key_array(keys)])
+            rows, columns = await self._described(sql, [key_array(keys)])
         except Exception as error:
             if client_side(error):
                 bad = unencodable(keys)
@@ -259,6 +267,13 @@ class Database(SQLDatabase):
                     absent = {i for i, e in bad.items() if isinstance(e, psycopg.IntegrityError)}
                     raise KeysRejected(bad, by_server=True, absent=absent) from error
             raise
+        if columns and columns[0].name == POS:
+            # Matched by the server: keys it read only in part must not keep their rows.
+            oid = next((c.type_code for c in columns if c.name == match.key), 0)
+            bad, absent = misread(keys, match.key, oid)
+            if bad:
+                raise KeysRejected(bad, by_server=True, absent=absent)
+        return rows
 
     def _bind_problem(self, key: Any) -> str | None:
         if key is None:

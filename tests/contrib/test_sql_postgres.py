@@ -10,6 +10,7 @@ number of parameters.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import decimal
 import uuid
 import warnings
@@ -701,3 +702,79 @@ async def test_a_pool_that_fails_to_open_closes_the_connections_it_made(
         await db.close()
     finally:
         _admin(postgres_url, f"DROP ROLE {role}")
+
+
+async def test_an_aware_key_against_a_timestamp_column_fails_alone_saying_why(
+    postgres_db: postgres.Database,
+) -> None:
+    noon = datetime.datetime(2024, 1, 1, 12)
+    await make(postgres_db, "stamps", "id INT PRIMARY KEY, at TIMESTAMP", [(1, noon)])
+    stamps = postgres_db.one("stamps", "at")
+    aware = noon.replace(tzinfo=datetime.timezone(datetime.timedelta(hours=5)))
+    late = datetime.datetime(2024, 1, 1, 12, 0, 1)
+    error, row, none = await load_all(stamps, [aware, noon, late])
+    assert isinstance(error, KeyEncodingError) and error.keys == [aware]
+    assert str(error).startswith("loader 'stamps_by_at' could not send key datetime.datetime(")
+    assert f"to PostgreSQL at {postgres_db.host}" in str(error)
+    assert "column 'at' is timestamp without time zone, which reads the key without its " in (
+        str(error)
+    )
+    assert "pass it without tzinfo, in the zone the column's values are in" in str(error)
+    assert row == {"id": 1, "at": noon} and none is None
+
+
+# -- the property: a date or time key gets what WHERE col = key gives, or its own error ------
+
+_ZONES = [None, datetime.UTC, datetime.timezone(datetime.timedelta(hours=5))]
+_ZONES.append(datetime.timezone(datetime.timedelta(hours=-3, minutes=-30)))
+_CLOCKS = [datetime.time(0), datetime.time(7), datetime.time(12), datetime.time(0, 0, 1)]
+_DAY = datetime.date(2024, 1, 1)
+WHEN = st.one_of(
+    st.builds(
+        datetime.datetime.combine,
+        st.sampled_from([_DAY, _DAY + datetime.timedelta(days=1)]),
+        st.sampled_from(_CLOCKS),
+        st.sampled_from(_ZONES),
+    ),
+    st.sampled_from([_DAY, _DAY + datetime.timedelta(days=1)]),
+    st.builds(lambda c, z: c.replace(tzinfo=z), st.sampled_from(_CLOCKS), st.sampled_from(_ZONES)),
+)
+TIME_COLUMNS = ["DATE", "TIMESTAMP", "TIMESTAMPTZ", "TIME"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@example(keys=[datetime.datetime(2024, 1, 1, 0, 0, 1)])  # a date column read it as 2024-01-01
+@example(keys=[datetime.datetime(2024, 1, 1, 12, tzinfo=_ZONES[2])])  # a timestamp, as 12:00
+@given(keys=st.lists(WHEN, min_size=1, max_size=6))
+def test_a_date_or_time_key_gets_what_where_gives_it_or_its_own_error(
+    postgres_url: str, keys: list[Any]
+) -> None:
+    # The server reads each key's text as the column's type, and date, timestamp
+    # and time input drop what the type has no room for (a time of day, an offset)
+    # without a word: a key must not get a row for a value it is not equal to.
+    async def check(db: postgres.Database) -> None:
+        stamps = [datetime.datetime.combine(_DAY, c) for c in _CLOCKS]
+        for column in TIME_COLUMNS:
+            values = stamps if column.startswith("TIMESTAMP") else [s.date() for s in stamps]
+            if column == "TIME":
+                values = list(_CLOCKS)
+            rows = [(i, v) for i, v in enumerate(dict.fromkeys(values))]
+            # A table per type: prepared statements keep the array type they were planned with.
+            table = f"moments_{column.lower()}"
+            await make(db, table, f"id INT PRIMARY KEY, at {column}", rows)
+            loader = db.many(table, "at")
+            together = await load_all(loader, keys)
+            for key, value in zip(keys, together, strict=True):
+                try:
+                    where = await db.fetch(f"SELECT id FROM {table} WHERE at = %s", [key])
+                except psycopg.Error:
+                    continue  # no answer to match (time against a date: no such =)
+                if isinstance(value, Exception):
+                    assert isinstance(value, KeyEncodingError) and value.keys == [key], value
+                else:
+                    assert sorted(r["id"] for r in value) == sorted(r["id"] for r in where), (
+                        column,
+                        key,
+                    )
+
+    on_a_new_pool(postgres_url, check)
