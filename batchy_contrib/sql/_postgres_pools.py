@@ -24,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import math
+import traceback
 from typing import Any
 
 import psycopg
@@ -121,7 +122,13 @@ class Pool:
         self._opening += 1
         try:
             conn = await psycopg.AsyncConnection.connect(self.conninfo, **self.kwargs)
-        except BaseException:
+        except BaseException as error:
+            # Cut short (a caller's time limit, a cancel), psycopg leaves the
+            # half-made connection in a local of its finished frames, which the
+            # error's traceback holds: whoever keeps the error (a loader's failure
+            # does) would keep the server's connection slot until the garbage
+            # collector found the cycle. Clearing those frames closes it now.
+            traceback.clear_frames(error.__traceback__)
             self._wake(None)  # a waiter may try in our place
             raise
         finally:

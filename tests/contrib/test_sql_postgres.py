@@ -537,6 +537,33 @@ async def test_a_waiter_handed_the_right_to_connect_passes_it_on(postgres_url: s
     await pool.close()
 
 
+async def test_a_connect_cut_short_closes_its_socket_though_its_error_is_kept() -> None:
+    # A batch's time limit ends a connect halfway (server slow to answer). psycopg
+    # keeps the half-made connection in its frame, which the error's traceback
+    # holds; a loader's failure keeps that error, so the server kept a connection
+    # slot per such call until the garbage collector came by.
+    import socket
+
+    from batchy_contrib.sql._postgres_pools import Pool
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        port = server.getsockname()[1]
+        url = f"postgresql://nobody@127.0.0.1:{port}/x?sslmode=disable"
+        pool = Pool(url, max_size=1, kwargs={"autocommit": True})
+        with pytest.raises(TimeoutError) as kept:
+            async with asyncio.timeout(0.3):
+                await pool.getconn()
+        accepted, _ = server.accept()
+        with accepted:
+            accepted.settimeout(5)
+            while accepted.recv(4096):  # the startup packet, then the end of the stream
+                pass
+        assert kept.value is not None
+        await pool.close()
+
+
 # -- the property: keys Python calls equal each get what they get alone --------------------
 
 MIXED = st.lists(
