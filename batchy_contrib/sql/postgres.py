@@ -343,11 +343,19 @@ async def _execute(
     later call on the connection would fail. ``DEALLOCATE ALL`` drops the
     connection's prepared statements, on the server and in psycopg's cache, so
     the statement is planned afresh.
+
+    A prepared statement also keeps the type its parameter was given when it was
+    planned: a loader's array, typed as the key column then (``date[]``), no
+    longer meets the column once a migration made it ``text`` (CannotCoerce, on
+    every call). Planned afresh, the array takes the column's new type; a
+    statement that cannot coerce by itself fails again, and that error stands.
     """
     try:
         await cur.execute(sql, params)
-    except psycopg.errors.FeatureNotSupported as error:
-        if "cached plan must not change result type" not in str(error):
+    except (psycopg.errors.FeatureNotSupported, psycopg.errors.CannotCoerce) as error:
+        prepared = conn.prepare_threshold is not None  # (None: psycopg prepares nothing)
+        stale = isinstance(error, psycopg.errors.CannotCoerce) and prepared
+        if not stale and "cached plan must not change result type" not in str(error):
             raise
         await conn.execute("DEALLOCATE ALL")
         await cur.execute(sql, params)

@@ -430,6 +430,25 @@ async def test_a_table_changed_under_a_prepared_statement_is_planned_afresh(
         await db.close()
 
 
+async def test_a_key_column_whose_type_changed_under_a_prepared_statement_is_read_afresh(
+    postgres_url: str,
+) -> None:
+    # The prepared statement keeps the array type it was planned with (date[]); once
+    # the column is text, COALESCE cannot make one of the two, and every call on the
+    # connection failed with CannotCoerce.
+    db = await postgres.connect(postgres_url, max_size=1)
+    try:
+        await make(db, "days", "id INTEGER PRIMARY KEY, day DATE", [(1, "2024-01-01")])
+        by_day = db.one("days", "day")
+        for _ in range(7):  # psycopg prepares a statement after its fifth run
+            await load_all(by_day, ["2024-01-01"])
+        await asyncio.to_thread(_admin, postgres_url, "ALTER TABLE days ALTER day TYPE text")
+        for _ in range(2):
+            assert await load_all(by_day, ["2024-01-01"]) == [{"id": 1, "day": "2024-01-01"}]
+    finally:
+        await db.close()
+
+
 async def test_connections_the_server_ended_while_idle_fail_no_call(postgres_url: str) -> None:
     # A server restart, a failover or idle_session_timeout ends every idle connection.
     db = await postgres.connect(postgres_url + "&application_name=batchy_idle_test", max_size=4)
