@@ -367,15 +367,19 @@ class SQLDatabase(abc.ABC):
         ``[0, 'ada']`` the key 0 became the text '0' and compared as text with a
         text column, where ``WHERE name = 0`` alone compares as numbers (and
         ``1.5`` beside a big int made the int a double). A key's rows must not
-        depend on the other keys of its batch, so each kind goes alone.
+        depend on the other keys of its batch, so each kind goes alone. ``timeout=``
+        bounds the batch call, not each statement: the kinds share one deadline.
         """
+        timeout = self.timeout
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         groups = self._kinds(keys) if keyed is not None else None
         if groups is None:
-            return await self._load_kind(match, keyed, plain, keys)
+            return await self._load_kind(match, keyed, plain, keys, deadline)
         out: list[Any] = [None] * len(keys)
         for group in groups:
             try:
-                values = await self._load_kind(match, keyed, plain, [keys[i] for i in group])
+                kind = [keys[i] for i in group]
+                values = await self._load_kind(match, keyed, plain, kind, deadline)
             except DataSourceError as error:  # this kind's statement failed: its keys only
                 values = [error] * len(group)
             for i, value in zip(group, values, strict=True):
@@ -403,6 +407,7 @@ class SQLDatabase(abc.ABC):
         keyed: Callable[[int, bool, str | None], str] | None,
         plain: Callable[[int], str],
         keys: list[Any],
+        deadline: float | None,
     ) -> list[Any]:
         """Keys of one kind: those the driver cannot bind fail alone, the rest go in one
         statement."""
@@ -420,7 +425,7 @@ class SQLDatabase(abc.ABC):
         filtered = True  # the IN filter beside the positions (see _build)
         CONNECTING.set(False)
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout_at(deadline):
                 while sent:
                     if len(sent) < len(keys):
                         batch = [keys[i] for i in sent]

@@ -256,6 +256,13 @@ class Database(SQLDatabase):
                 i: e for i, k in enumerate(keys) if (e := _unheld(k, charset, match))
             }
             if bad:
+                # The column may hold them since its charset was learnt (ALTER TABLE ...
+                # CONVERT TO CHARACTER SET utf8mb4): ask the catalog before refusing them.
+                learnt = await self._charset(match)
+                if learnt != charset:
+                    # A charset that holds any text needs no conversion.
+                    match.learn_charset(None if _CODECS.get(learnt or "", "") is None else learnt)
+                    raise KeysRejected({}, again=True)
                 raise KeysRejected(bad, by_server=True)
         fields: dict[str, Any] = {}
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import warnings
 from typing import Any
 
@@ -100,3 +101,42 @@ async def test_a_big_int_key_beside_a_float_key_gets_its_own_row(mysql_db: mysql
     by_id = mysql_db.many("keys_big", "id", columns=["id"])
     assert await batch(by_id, [big + 1, 1.5, big]) == [[], [], [big]]
     await mysql_db.execute("DROP TABLE keys_big")
+
+
+async def test_a_column_converted_to_utf8mb4_since_its_charset_was_learnt_takes_any_text(
+    mysql_db: mysql.Database,
+) -> None:
+    # The charset learnt from a latin1 column was kept after ALTER TABLE: a key
+    # latin1 lacks failed with KeyEncodingError though the column now holds it.
+    table = "keys_altered_charset"
+    columns = "id INT PRIMARY KEY, name VARCHAR(20) CHARACTER SET latin1"
+    await make(mysql_db, table, columns, [(0, "ada"), (1, "é")])
+    by_name = mysql_db.many(table, "name", columns=["id"], order_by="id")
+    assert await batch(by_name, ["ada", "é", "€"]) == [[0], [1], []]  # learns latin1
+    await mysql_db.execute(f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4")
+    await mysql_db.execute(f"INSERT INTO {table} VALUES (2, '日本')")
+    assert await batch(by_name, ["ada", "日本", "é"]) == [[0], [2], [1]]
+    assert await batch(by_name, ["日本"]) == [[2]]
+    await mysql_db.execute(f"DROP TABLE {table}")
+
+
+async def test_keys_of_several_kinds_share_one_timeout(
+    mysql_db: mysql.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each kind's statement had a timeout= of its own: a batch of three kinds
+    # waited three times timeout= before failing, or not at all.
+    table = "keys_kinds_timeout"
+    await make(mysql_db, table, "id INT PRIMARY KEY, name VARCHAR(20)", [(0, "ada")])
+    by_name = mysql_db.many(table, "name", columns=["id"], order_by="id")
+    await batch(by_name, ["ada"])  # the pool is up, the column learnt
+    rows = mysql_db._rows
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.2)
+        return await rows(*args, **kwargs)
+
+    monkeypatch.setattr(mysql_db, "_rows", slow)
+    monkeypatch.setattr(mysql_db, "timeout", 0.3)
+    got = await batch(by_name, ["ada", 1, 1.5])
+    assert all(isinstance(v, mysql.QueryInterruptedError) for v in got[1:]), got
+    await mysql_db.execute(f"DROP TABLE {table}")
