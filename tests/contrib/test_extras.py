@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,28 @@ def test_every_public_integration_guards_its_packages() -> None:
     ]
     assert missing == []
     assert guarded[ROOT / "observe" / "prometheus.py"] == {"prometheus_client"}
+
+
+def test_a_file_that_hides_an_installed_package_is_named_not_reported_missing(
+    tmp_path: Path,
+) -> None:
+    # A redis.py of one's own hid the installed redis: the message said redis was
+    # not installed, and the pip install it gave changed nothing.
+    (tmp_path / "redis.py").write_text("x = 1\n")
+    probe = PROBE.format(package="not_a_package", module="batchy_contrib.jobs.redis")
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        cwd=tmp_path,  # first on sys.path, as a script's own folder is
+        env={**os.environ, "PYTHONPATH": str(ROOT.parent)},  # this checkout's batchy
+    ).stdout
+    assert out.splitlines() == [
+        "batchy_contrib MissingExtraError redis.asyncio True",
+        f"batchy_contrib.jobs.redis needs the module 'redis.asyncio', which 'redis' at "
+        f"{tmp_path / 'redis.py'} does not have: a file or folder of your own named redis "
+        "may hide the installed package (rename it), or the package may be too old "
+        "(pip install -U 'batchy[redis]')",
+    ]
