@@ -66,7 +66,13 @@ from ._sqlite_lock import Waits, check_busy_timeout, read
 from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_runs import TABLE as RUNS_TABLE
 from ._sqlite_runs import note_run, runs
-from ._sqlite_size import check_lengths, check_progress, length_limit, screen_lengths
+from ._sqlite_size import (
+    check_lengths,
+    check_progress,
+    fit_death,
+    length_limit,
+    screen_lengths,
+)
 from ._sqlite_tx import (
     advance,
     cap_dead,
@@ -250,9 +256,10 @@ class SQLiteBackend(Backend):
     def _apply(self, given: Sequence[Outcome], sent: float, now: float) -> list[str]:
         """Apply the outcomes whose token holds (in the caller's transaction); the refused ids."""
         db = self._db
+        limit = length_limit(db)
         applied: set[str] = set()
         left: list[str | None] = []  # the ordering keys of the rows that left
-        for job_id, key in finish_done(db, given, now):
+        for job_id, key in finish_done(db, given, now, limit):
             applied.add(job_id)
             left.append(key)
         dead = False
@@ -268,12 +275,16 @@ class SQLiteBackend(Backend):
                 if row is None:
                     continue
                 left.append(row[0])
+                # Without a payload of its own, it keeps the one it was claimed with.
+                payload = o.payload or row[1]
+                reason, trace = fit_death(
+                    limit, o.reason, o.traceback, o.id, o.queue, payload, row[0]
+                )
                 db.execute(
                     "INSERT OR REPLACE INTO dead "
                     "(id, queue, payload, reason, traceback, died, okey) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    # Without a payload of its own, it keeps the one it was claimed with.
-                    (o.id, o.queue, o.payload or row[1], o.reason, o.traceback, now, row[0]),
+                    (o.id, o.queue, payload, reason, trace, now, row[0]),
                 )
                 dead = True
             elif o.kind == "retry":

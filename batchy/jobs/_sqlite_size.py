@@ -1,8 +1,12 @@
-"""The longest text a SQLite file takes: a value past it fails its own job, never a round trip.
+"""The longest row a SQLite file takes: a value past it fails its own job, never a round trip.
 
-SQLite refuses a string longer than its length limit (``SQLITE_LIMIT_LENGTH``,
-a billion bytes unless built otherwise) with "string or blob too big", and
-that error fails the whole transaction. A worker's cycle carries the outcomes
+SQLite refuses a string, and a row, longer than its length limit
+(``SQLITE_LIMIT_LENGTH``, a billion bytes unless built otherwise) with "string
+or blob too big", and that error fails the whole transaction. A row holds
+several of a job's texts (a done job's result beside its payload, a dead job's
+reason and traceback beside its payload), so each is measured with the others
+of its row, leaving :data:`ROOM` for what the store adds later (a claim's
+worker id and token). A worker's cycle carries the outcomes
 of many jobs: one result past the limit failed every cycle after it, so the
 worker claimed nothing more and its other outcomes were never recorded, while
 it logged the store as unreachable. So each value is measured first: a result
@@ -21,7 +25,20 @@ from ._errors import SerializationError
 from ._hooks import log
 from ._model import Envelope, Outcome
 
-__all__ = ["check_lengths", "check_progress", "length_limit", "screen_lengths"]
+__all__ = [
+    "ROOM",
+    "check_lengths",
+    "check_progress",
+    "fit_death",
+    "fit_result",
+    "length_limit",
+    "screen_lengths",
+]
+
+#: Bytes of a row kept for what the store writes beside a job's texts: a claim's
+#: worker id and lease token, times, SQLite's record header. Small beside the
+#: limit; without it a payload that just fits could never be claimed.
+ROOM = 1024
 
 
 def length_limit(db: sqlite3.Connection) -> int:
@@ -29,13 +46,19 @@ def length_limit(db: sqlite3.Connection) -> int:
     return db.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
 
 
-def _over(text: str | None, limit: int) -> int:
-    """The UTF-8 length of ``text`` if it is past ``limit`` bytes, else 0."""
+def _size(text: str | None) -> int:
+    return 0 if text is None else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _over(text: str | None, limit: int, *beside: str | None) -> int:
+    """The UTF-8 length of ``text`` if a row of it, ``beside`` and :data:`ROOM` is
+    past ``limit`` bytes, else 0."""
+    texts = (text, *beside)
     # Encoded only when it may be too long: a character is 4 bytes at most.
-    if text is None or len(text) * 4 <= limit:
+    if text is None or sum(len(t) for t in texts if t) * 4 + ROOM <= limit:
         return 0
-    size = len(text.encode("utf-8", "surrogatepass"))
-    return size if size > limit else 0
+    size = _size(text)
+    return size if size + sum(map(_size, beside)) + ROOM > limit else 0
 
 
 def check_lengths(store: object, envelopes: Sequence[Envelope], db: object) -> None:
@@ -44,11 +67,12 @@ def check_lengths(store: object, envelopes: Sequence[Envelope], db: object) -> N
         return  # (an application's connection of another kind is refused as it joins)
     limit = length_limit(db)
     for e in envelopes:
-        size = _over(e.payload, limit)
+        size = _over(e.payload, limit, e.id, e.queue, e.key)
         if size:
             raise SerializationError(
                 f"job {e.id} (queue {e.queue!r}) cannot be enqueued on {store!r}: its payload "
-                f"is {size:,} bytes, and SQLite stores at most {limit:,} bytes in a value. "
+                f"is {size:,} bytes, and SQLite stores at most {limit:,} bytes in a row, {ROOM:,} "
+                "of them kept for the store's own columns. "
                 "Pass a reference to large data (a file name, a row id) rather than the data; "
                 "nothing was enqueued"
             )
@@ -57,12 +81,13 @@ def check_lengths(store: object, envelopes: Sequence[Envelope], db: object) -> N
 def check_progress(store: object, job_id: str, payload: str, db: sqlite3.Connection) -> None:
     """Raise :class:`SerializationError` if a running job's new payload is too long."""
     limit = length_limit(db)
-    size = _over(payload, limit)
+    size = _over(payload, limit, job_id)
     if size:
         raise SerializationError(
             f"job {job_id}: its progress cannot be saved on {store!r}: its payload with the "
-            f"new cursor is {size:,} bytes, and SQLite stores at most {limit:,} bytes in a "
-            "value; return a small cursor (the last key processed, not the rows)"
+            f"new cursor is {size:,} bytes, and SQLite stores at most {limit:,} bytes in a row, "
+            f"{ROOM:,} of them kept for the store's own columns; return a small cursor (the "
+            "last key processed, not the rows)"
         )
 
 
@@ -72,29 +97,42 @@ def screen_lengths(outcomes: Sequence[Outcome], limit: int) -> list[Outcome]:
 
 
 def _screen(o: Outcome, limit: int) -> Outcome:
-    if o.kind == "done" and _over(o.result, limit):
-        size = _over(o.result, limit)
-        log.warning(
-            "job %s: its result is %s bytes, and SQLite stores at most %s bytes in a value; "
-            "it is kept as null (return a reference to large data, not the data)",
-            o.id,
-            f"{size:,}",
-            f"{limit:,}",
-        )
-        return replace(o, result=None)
-    if o.kind in ("retry", "dead") and _over(o.payload, limit):
-        size = _over(o.payload, limit)
+    if o.kind in ("retry", "dead") and _over(o.payload, limit, o.id, o.queue):
+        size = _over(o.payload, limit, o.id, o.queue)
         reason = (
             f"job {o.id}: its payload with the failure noted came to {size:,} bytes, and "
-            f"SQLite stores at most {limit:,} bytes in a value; dead instead of "
+            f"SQLite stores at most {limit:,} bytes in a row; dead instead of "
             f"{'retried' if o.kind == 'retry' else 'kept with it'} (its last error: "
             f"{o.reason[:500] or 'see the payload'})"
         )
         log.error("%s", reason)
-        # Without a payload the dead set keeps the one the job was claimed with.
-        return replace(o, kind="dead", payload=None, reason=reason, traceback=o.traceback[-8000:])
-    if o.kind == "dead" and (_over(o.reason, limit) or _over(o.traceback, limit)):
-        # Cut well inside the limit: the reason's start says what, the traceback's end where.
-        keep = limit // 8
-        return replace(o, reason=o.reason[:keep], traceback=o.traceback[-keep:])
+        # Without a payload the dead set keeps the one the job was claimed with
+        # (its reason and traceback are fitted beside it: fit_death).
+        return replace(o, kind="dead", payload=None, reason=reason)
     return o
+
+
+def fit_result(limit: int, job_id: str, result: str | None, *beside: str | None) -> str | None:
+    """``result``, or None if it does not fit in a row beside the done job's ``beside``."""
+    size = _over(result, limit, job_id, *beside)
+    if not size:
+        return result
+    log.warning(
+        "job %s: its result is %s bytes, and SQLite stores at most %s bytes in a row "
+        "(beside the job's payload); it is kept as null (return a reference to large "
+        "data, not the data)",
+        job_id,
+        f"{size:,}",
+        f"{limit:,}",
+    )
+    return None
+
+
+def fit_death(limit: int, reason: str, traceback: str, *beside: str | None) -> tuple[str, str]:
+    """``reason`` and ``traceback``, cut to fit in a row beside the dead job's ``beside``."""
+    if not _over(reason + traceback, limit, *beside):
+        return reason, traceback
+    # The reason's start says what, the traceback's end where; a character is
+    # at most 4 bytes.
+    keep = max(0, (limit - ROOM - sum(map(_size, beside))) // 8)
+    return reason[:keep], traceback[-keep:] if keep else ""

@@ -12,6 +12,7 @@ from . import _clock
 from ._errors import ConfigError
 from ._hooks import log
 from ._model import Envelope, Outcome
+from ._sqlite_size import fit_result
 
 __all__ = [
     "BLOCKED",
@@ -275,10 +276,11 @@ _CHUNK = 500
 
 
 def finish_done(
-    db: sqlite3.Connection, given: Sequence[Outcome], now: float
+    db: sqlite3.Connection, given: Sequence[Outcome], now: float, limit: int
 ) -> list[tuple[str, str | None]]:
     """Remove the jobs of the ``done`` outcomes whose token holds, keeping each result
-    with what the job was (queue, key, payload); the ``(id, ordering key)`` of each."""
+    with what the job was (queue, key, payload); the ``(id, ordering key)`` of each.
+    A result that does not fit in a row beside them (``limit``) is kept as null."""
     done = [(o.id, o.token) for o in given if o.kind == "done"]
     was: dict[str, tuple[str, str | None, str]] = {}
     for chunk in chunks(done):
@@ -289,7 +291,7 @@ def finish_done(
         ):
             was[job_id] = (queue, key, payload)
     kept = [
-        (o.id, o.result, now + o.keep, *was[o.id])
+        (o.id, fit_result(limit, o.id, o.result, *was[o.id]), now + o.keep, *was[o.id])
         for o in given
         if o.kind == "done" and o.keep > 0 and o.id in was
     ]

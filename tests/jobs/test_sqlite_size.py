@@ -51,7 +51,7 @@ async def test_a_retry_too_long_goes_dead_with_its_claimed_payload(tmp_path: Pat
     assert list(claims) == [] and claims.refused == []
     (dead,) = await backend.dead_jobs()
     assert dead.id == "a" and dead.payload == "{}"
-    assert "5,001 bytes" in dead.reason and "at most 5,000 bytes" in dead.reason
+    assert "5,001 bytes" in dead.reason and "at most 5,000 bytes in a row" in dead.reason
     assert (await backend.status("b", 0.0)).state in ("done", "unknown")
     await backend.close()
 
@@ -63,7 +63,8 @@ async def test_a_death_too_long_is_cut(tmp_path: Path) -> None:
     why = Outcome("a", "dead", "default", reason="r" * LIMIT * 2, traceback="t" * 9, token=a.token)
     await backend.cycle([why], ["default"], 1, "W", 30.0, 0.0)
     (dead,) = await backend.dead_jobs()
-    assert dead.reason == "r" * (LIMIT // 8) and dead.traceback == "t" * 9
+    assert dead.reason.startswith("rrr") and dead.traceback.endswith("t")
+    assert len(dead.reason) + len(dead.traceback) <= LIMIT // 4
     await backend.close()
 
 
@@ -107,5 +108,45 @@ async def test_a_cursor_too_long_is_refused_naming_the_job(tmp_path: Path) -> No
     (job,) = await queue.backend.dead_jobs()
     said = f"SerializationError: job {job.id}: its progress cannot be saved on {queue.backend!r}"
     assert said in job.reason and "its payload with the new cursor is 5,0" in job.reason
-    assert "at most 5,000 bytes in a value; return a small cursor" in job.reason
+    assert (
+        "at most 5,000 bytes in a row, 1,024 of them kept for the store's own columns; "
+        "return a small cursor" in job.reason
+    )
     await queue.close()
+
+
+async def test_values_that_fit_alone_but_not_in_one_row_fail_only_their_job(
+    tmp_path: Path,
+) -> None:
+    # SQLite's limit is a row's: a result beside the payload it keeps, a death's
+    # reason beside the payload it was claimed with, each under the limit alone,
+    # failed every cycle that carried them (the worker claimed nothing more).
+    queue = Queue(store(tmp_path / "jobs.db"))
+
+    @queue.job(name="echo", keep_result=60, retries=0)
+    async def echo(pad: str, fail: bool) -> str:
+        if fail:
+            raise ValueError("f" * (LIMIT // 2))
+        return "r" * (LIMIT // 2)
+
+    pad = "p" * (LIMIT // 2)
+    kept, died = await echo.enqueue(pad, False), await echo.enqueue(pad, True)
+    small = [await echo.enqueue("", False) for _ in range(3)]
+    await Worker(queue, burst=True, concurrency=4, poll_interval=0.05).run()
+    assert (await kept.status()).state == "done" and await kept.result() is None
+    assert [await h.result() for h in small] == ["r" * (LIMIT // 2)] * 3
+    (dead,) = await queue.backend.dead_jobs()
+    assert dead.id == died.id and pad in dead.payload and dead.reason.startswith(f"job {died.id}")
+    await queue.close()
+
+
+async def test_an_enqueue_that_fits_leaves_room_to_be_claimed(tmp_path: Path) -> None:
+    # A payload just under the limit went in, and its claim (the worker's id and
+    # token beside it) failed every cycle after: no job of the queue ran again.
+    backend = store(tmp_path / "jobs.db")
+    with pytest.raises(SerializationError, match="kept for the store's own columns"):
+        await backend.push([Envelope("a", "default", "p" * (LIMIT - 30))], 0.0)
+    await backend.push([Envelope("b", "default", "p" * (LIMIT - 1100))], 0.0)
+    (b,) = await backend.cycle([], ["default"], 1, "W" * 60, 30.0, 0.0)
+    assert b.id == "b"
+    await backend.close()
