@@ -60,7 +60,7 @@ def failed(
                 message.id,
                 "retry",
                 queue=message.queue,
-                payload=encode(message, queue.serializer),
+                payload=encode(message, queue.serializer, check_keys=False),
                 due=_clock.now() + delay,
                 token=token,
             )
@@ -71,7 +71,7 @@ def failed(
         message.id,
         "dead",
         queue=message.queue,
-        payload=encode(message, queue.serializer),
+        payload=encode(message, queue.serializer, check_keys=False),
         reason=f"{message.error} ({count}; {why})",
         traceback=message.traceback,
         token=token,
@@ -95,7 +95,7 @@ def cancelled(
         message.id,
         "dead",
         queue=message.queue,
-        payload=encode(message, queue.serializer),
+        payload=encode(message, queue.serializer, check_keys=False),
         reason=(
             f"{message.error} (attempt {message.attempt}; not retried: cancelled; "
             f"`batchy dead retry {message.id}` runs it again)"

@@ -71,8 +71,13 @@ class Message:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def encode(message: Message, serializer: Serializer) -> str:
-    """The payload string of ``message``; raises :class:`SerializationError` naming the job."""
+def encode(message: Message, serializer: Serializer, *, check_keys: bool = True) -> str:
+    """The payload string of ``message``; raises :class:`SerializationError` naming the job.
+
+    ``check_keys=False`` for a message already enqueued (a failure being noted):
+    its arguments were checked then, or came back from JSON, and the failure of
+    a run must be recorded whatever the handler did to them.
+    """
     body: dict[str, Any] = {
         "job": message.job,
         "args": message.args,
@@ -90,7 +95,7 @@ def encode(message: Message, serializer: Serializer) -> str:
         body["cancelled"] = True
     if message.headers:
         body["headers"] = message.headers
-    if type(serializer) is JSONSerializer:
+    if check_keys and type(serializer) is JSONSerializer:
         _text_keys(message)
     try:
         return serializer.dumps(body)

@@ -41,11 +41,12 @@ from typing import TYPE_CHECKING, Any
 import batchy
 
 from . import _clock
-from ._errors import JobDefinitionError, LeaseLost
+from ._errors import JobDefinitionError, LeaseLost, SerializationError
 from ._guard import guard
 from ._job import JobType
 from ._model import Envelope, JobStatus, Message, encode
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
+from ._serializer import JSONSerializer, key_not_text
 
 if TYPE_CHECKING:
     from ._handle import Running
@@ -163,6 +164,19 @@ class ShardedJob:
                 )
             await asyncio.sleep(0.1)
 
+    def _check_cursor(self, run: str, shard: int, cursor: Any) -> None:
+        # Checked before it is saved: a retry then resumes from the last cursor
+        # that JSON keeps as it is, not from one whose keys came back as text.
+        where = None
+        if type(self.queue.serializer) is JSONSerializer:
+            where = key_not_text(cursor, "the cursor")
+        if where is not None:
+            raise SerializationError(
+                f"sharded job {self.name!r} run {run!r} shard {shard}: the handler returned "
+                f"the cursor {cursor!r}, and {where}; JSON keeps only text keys, so a resumed "
+                "shard would get it as a str. Return a cursor with str keys, or a list"
+            )
+
     async def _run_shard(self, running: Running, run: str, shard: int, cursor: Any) -> Any:
         message = running.message
         batches = 0
@@ -176,6 +190,7 @@ class ShardedJob:
                     f"returned the cursor it was given ({cursor!r}), so it would loop "
                     "forever; return the last key it processed, or None when the shard is done"
                 )
+            self._check_cursor(run, shard, after)
             cursor = after
             message.args[2] = cursor  # a retry resumes from here too
             payload = encode(message, self.queue.serializer)

@@ -229,6 +229,42 @@ async def test_a_dict_key_json_would_turn_into_text_is_refused_at_enqueue(queue:
     assert worker.processed == 0
 
 
+async def test_a_handler_that_puts_a_number_key_in_its_argument_still_fails_cleanly(
+    queue: Queue,
+) -> None:
+    # The failure's payload was checked as an enqueue: its SerializationError
+    # crashed the runner, and the job stayed running, to run again and again.
+    @queue.job(retries=0)
+    async def spoil(counts: dict[str, int]) -> None:
+        counts[1] = 1  # type: ignore[index]
+        raise ValueError("spoilt")
+
+    handle = await spoil.enqueue({"a": 1})
+    await Worker(queue, burst=True, poll_interval=0.01).run()
+    (dead,) = await queue.backend.dead_jobs()
+    assert dead.id == handle.id and "ValueError: spoilt" in dead.reason
+
+
+async def test_a_sharded_cursor_with_a_number_key_fails_its_shard_naming_it(
+    queue: Queue,
+) -> None:
+    # It crashed the runner (its progress refused "cannot be enqueued", then the
+    # failure's payload likewise) and the shard stayed running, forever retaken.
+    @queue.sharded(shards=1, name="walk", retries=0)
+    async def walk(shard: int, shards: int, cursor: object) -> object:
+        return {0: 5} if cursor is None else None
+
+    await walk.start()
+    await Worker(queue, burst=True, poll_interval=0.01).run()
+    (dead,) = await queue.backend.dead_jobs()
+    assert (
+        "sharded job 'walk' run 'default' shard 0: the handler returned the cursor {0: 5}, "
+        "and the cursor has the key 0 (int)" in dead.reason
+    )
+    assert "Return a cursor with str keys" in dead.reason
+    assert '"args":["default",0,null]' in dead.payload  # resumes from the last good cursor
+
+
 _json_leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=5)
 _json_like = st.recursive(
     _json_leaf,
