@@ -55,7 +55,9 @@ class Waits:
         self.directory = directory
         self.pieces: list[list[float]] = []
         self._version: int | None = None  # data_version at the latest failed try
-        self._token = secrets.token_hex(6)  # this store's file in the directory
+        self._token = secrets.token_hex(6)  # this store's files in the directory
+        self._written = 0  # ... numbered
+        self._last_file: str | None = None  # the latest, which the next one replaces
 
     @property
     def since(self) -> float | None:
@@ -86,7 +88,10 @@ class Waits:
     def _publish(self) -> None:
         if self.directory is None:
             return
-        path = os.path.join(self.directory, f"{os.getpid()}.{self._token}")
+        # A new name for each writing: a reader deletes only the files it read (once
+        # it commits), never a wait written since under the same name.
+        self._written += 1
+        path = os.path.join(self.directory, f"{os.getpid()}.{self._token}.{self._written}")
         text = "".join(f"{s!r} {e!r}\n" for s, e in self.pieces if e - s > HOLD_GRACE)
         # Written whole, then renamed: a reader never sees half of it.
         with contextlib.suppress(OSError):  # no folder to write in: this store gives it back
@@ -94,6 +99,10 @@ class Waits:
             with open(path + ".tmp", "w") as file:
                 file.write(text)
             os.replace(path + ".tmp", path)
+            if self._last_file is not None:
+                with contextlib.suppress(OSError):  # a reader took it already
+                    os.unlink(self._last_file)
+            self._last_file = path
 
     def _published(self) -> tuple[list[str], list[list[float]]]:
         """Files of waits in the directory (this store's too), and their pieces."""

@@ -491,3 +491,21 @@ async def test_a_wait_for_an_application_s_brief_transactions_gives_no_time_back
     app.close()
     for store in (a, c):
         await store.close()
+
+
+def test_a_wait_written_again_while_a_reader_commits_is_not_deleted_by_it(tmp_path) -> None:
+    # A reader deletes the files it read once it commits. The waiter wrote its wait
+    # again under the same name in between: the delete took the new wait with it,
+    # and a process that got in next gave nothing back.
+    from batchy.jobs._sqlite_held import HOLD_GRACE, Waits
+
+    folder = str(tmp_path / "held")
+    waiter, reader = Waits(folder), Waits(folder)
+    waiter.pieces = [[100.0, 100.0 + 2 * HOLD_GRACE]]
+    waiter._publish()
+    read, _ = reader._published()
+    waiter.pieces = [[100.0, 100.0 + 2 * HOLD_GRACE], [200.0, 200.0 + 3 * HOLD_GRACE]]
+    waiter._publish()  # a longer wait, while the reader has not committed yet
+    reader.committed(read)
+    _, left = reader._published()
+    assert [200.0, 200.0 + 3 * HOLD_GRACE] in left
