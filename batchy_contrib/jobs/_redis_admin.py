@@ -45,12 +45,13 @@ local function where(id)
   if key and redis.call('LINDEX', p..'k:'..key, 0) ~= id then return 'blocked', q, key end
   return 'queued', q, key
 end
+local function dead_record(id)
+  return {'dead', id, redis.call('HGET', p..'deadinfo', id), redis.call('ZSCORE', p..'dead', id)}
+end
 local function record(id)
   local state, q, key = where(id)
   if not state then return nil end
-  if state == 'dead' then
-    return {'dead', id, redis.call('HGET', p..'deadinfo', id), redis.call('ZSCORE', p..'dead', id)}
-  end
+  if state == 'dead' then return dead_record(id) end
   local m = redis.call('HGET', p..'meta', id) or '\t0'
   local due, worker, lease = string.sub(m, string.find(m, '\t', 1, true) + 1), '', '0'
   if state == 'retrying' or state == 'scheduled' then
@@ -168,7 +169,11 @@ elseif state == 'scheduled' or state == 'retrying' or state == 'dead' or state =
                            'WITHSCORES')
   for i = 1, #found, 2 do
     local id, r = found[i], nil
-    if state == 'done' then r = done_record(id) else r = only(record(id), state) end
+    -- The dead set's entry itself, not where its id is: an id enqueued anew is
+    -- live too, and the dead listing must show the entry it kept.
+    if state == 'done' then r = done_record(id)
+    elseif state == 'dead' then r = dead_record(id)
+    else r = only(record(id), state) end
     if r and state == 'dead' and r[1] == 'dead' and (queue ~= '' or key ~= '') then
       local d = cjson.decode(r[3])
       if (queue ~= '' and d.queue ~= queue) or (key ~= '' and d.key ~= key) then r = false end

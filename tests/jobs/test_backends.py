@@ -840,6 +840,11 @@ async def test_a_dead_entry_whose_id_is_live_again_is_deleted_by_id_and_its_retr
     assert "job sync-7 is dead and queued: its id was enqueued again" in str(refused.value)
     assert "`batchy dead delete sync-7`" in str(refused.value)
     assert [d.id for d in await queue.dead_jobs()] == ["sync-7"]  # nothing changed
+    # The operator's listing shows it too (Redis's left it out, so `batchy dead list`
+    # said "no dead jobs" and `batchy dead show sync-7` "is queued, not dead").
+    listed = (await queue.admin.jobs("dead")).jobs
+    assert [(j.id, j.state, j.args) for j in listed] == [("sync-7", "dead", [7, 1])]
+    assert [j.id for j in (await queue.admin.jobs("dead", queue="default")).jobs] == ["sync-7"]
     assert await queue.delete_dead(["sync-7"]) == 1
     assert await queue.dead_jobs() == []
     assert (await queue.admin.job("sync-7")).state == "queued"  # the live job stays
