@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import REDIS_DB
+
 pytestmark = pytest.mark.timeout(90)
 
 HERE = Path(__file__).parent
-REDIS_DB = 11
 
 
 class App:
