@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from batchy import UsageError
 from batchy.jobs import ConfigError, JobError, Queue, Worker
+from batchy.jobs._output import OutputFailed, guarded_stdout, output_failed
 from batchy.jobs.cli import COMMANDS, add_commands
 
 T = TypeVar("T")
@@ -288,7 +289,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
     try:
-        code = asyncio.run(_COMMANDS[args.command](args))
+        with guarded_stdout():
+            code = asyncio.run(_COMMANDS[args.command](args))
+    except OutputFailed as failed:  # `| head` closed the pipe, say: no store's failure
+        code = output_failed(failed)
     except JobError as error:  # a bad option, app, argument or delay: no traceback
         print(f"batchy: error: {error}", file=sys.stderr)
         code = 2

@@ -345,3 +345,77 @@ def test_a_store_the_app_cannot_open_is_its_error_not_the_apps_code(cli: Cli) ->
     assert f"importing module {cli.spec.split(':')[0]!r} failed: SQLite job store" in err
     assert "is not a SQLite database" in err
     assert "fix that code" not in err and "_sqlite_tx.py" not in err
+
+
+class _Stdout:
+    """Standard output that fails with ``error`` once ``lines`` lines are written
+    (a pipe whose reader stopped, as ``| head`` does, or a full disk)."""
+
+    def __init__(self, error: OSError, lines: int) -> None:
+        self.error, self.lines, self.written = error, lines, ""
+
+    def write(self, text: str) -> int:
+        if self.written.count("\n") >= self.lines:
+            raise self.error
+        self.written += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("info",), ("jobs", "list"), ("jobs", "show", "ID"), ("dead", "list"), ("enqueue", "ok", "1")],
+)
+def test_output_whose_reader_went_away_ends_the_command_quietly(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...]
+) -> None:
+    # `batchy jobs list app:queue | head`: the write to the closed pipe raised
+    # BrokenPipeError, an OSError, which SQLite and Redis took for their own
+    # connection failing ("cannot reach SQLite ...; check that the server is up",
+    # exit 2) and PostgreSQL printed as a traceback.
+    made = cli("enqueue", "ok", "1")[1].strip()
+    command = tuple(made if word == "ID" else word for word in command)
+    monkeypatch.setattr(sys, "stdout", _Stdout(BrokenPipeError(32, "Broken pipe"), 0))
+    code, _, err = cli(*command)
+    said = f"store: SQLite {cli.db}\n" if command[0] == "enqueue" else ""  # its stderr
+    assert (code, err) == (141, said)
+
+
+def test_output_that_cannot_be_written_is_said_in_one_line(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `batchy jobs list app:queue > /dev/full` said "cannot reach SQLite ...".
+    cli("enqueue", "ok", "1")
+    stdout = _Stdout(OSError(28, "No space left on device"), 1)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    code, _, err = cli("jobs", "list")
+    assert stdout.written == f"store: SQLite {cli.db}\n"
+    assert (code, err) == (
+        1,
+        "batchy: error: cannot write to standard output: [Errno 28] No space left on device\n",
+    )
+
+
+def test_a_listing_piped_to_head_exits_141_without_a_word(cli: Cli, tmp_path: Path) -> None:
+    # In a real process the last buffered write fails only at the final flush, or as
+    # the interpreter exits ("Exception ignored ... BrokenPipeError").
+    module = cli.spec.split(":")[0]
+    fill = (
+        f"import asyncio\nimport {module} as app\n"
+        "async def fill():\n"
+        "    await asyncio.gather(*(app.ok.enqueue(i) for i in range(1000)))\n"
+        "    await app.queue.close()\n"
+        "asyncio.run(fill())\n"
+    )
+    subprocess.run([sys.executable, "-c", fill], cwd=tmp_path, check=True, timeout=60)
+    listing = subprocess.Popen(
+        [sys.executable, "-m", "batchy", "jobs", "list", cli.spec, "--limit", "1000"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert listing.stdout is not None and listing.stderr is not None
+    assert listing.stdout.readline().startswith("store: SQLite")
+    listing.stdout.close()
+    assert listing.wait(timeout=30) == 141
+    assert listing.stderr.read() == ""
