@@ -238,6 +238,11 @@ async def _enqueue(args: argparse.Namespace) -> int:
             f"job {args.job!r}: argument is not JSON ({error}); quote strings as JSON, "
             "e.g. '\"hello\"'"
         ) from error
+    if not isinstance(kwargs, dict):
+        raise ConfigError(
+            f"job {args.job!r}: --kwargs {args.kwargs!r} is not a JSON object; pass the "
+            "keyword arguments by name, e.g. --kwargs '{\"user_id\": 42}'"
+        )
     try:
         options = job.options(delay=args.delay, queue=args.queue, key=args.key)
         handle = await _reaching(queue, options.enqueue(*values, **kwargs))

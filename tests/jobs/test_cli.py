@@ -186,6 +186,18 @@ def test_errors_exit_2_and_say_what_to_do(cli: Cli) -> None:
     assert code == 2 and "page cursor 'bogus' was not made by" in err
 
 
+@pytest.mark.parametrize("kwargs", ["[1]", "1", '"x"', "null"])
+def test_enqueue_kwargs_that_are_not_a_json_object_are_refused(cli: Cli, kwargs: str) -> None:
+    # They were a 20-line traceback: "argument after ** must be a mapping, not list".
+    code, out, err = cli("enqueue", "ok", "--kwargs", kwargs)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"batchy: error: job 'ok': --kwargs {kwargs!r} is not a JSON object; pass the keyword "
+        """arguments by name, e.g. --kwargs '{"user_id": 42}'\n"""
+    )
+    assert cli("jobs", "list")[1].splitlines()[1] == "no queued jobs"
+
+
 def test_retrying_and_dead_jobs_show_their_error_and_traceback(cli: Cli) -> None:
     flaky = cli("enqueue", "flaky", "1")[1].strip()
     bad = cli("enqueue", "bad", "2")[1].strip()
