@@ -109,6 +109,9 @@ def _import_failed(spec: str, module_name: str, error: Exception) -> ConfigError
     )
 
 
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="batchy", description="batchy background jobs")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -145,8 +148,9 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     worker.add_argument("--burst", action="store_true", help="exit when no job is ready")
     worker.add_argument(
-        "--log-level", default="INFO", help="DEBUG, INFO (default), WARNING or ERROR"
-    )
+        "--log-level", default="INFO", type=str.upper, choices=_LEVELS, metavar="LEVEL",
+        help=f"{', '.join(_LEVELS[:-1])} or {_LEVELS[-1]} (default INFO; any case)",
+    )  # fmt: skip
 
     add_commands(sub)  # info, jobs, dead
 
@@ -290,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "worker":
         logging.basicConfig(
-            level=args.log_level.upper(),
+            level=args.log_level,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
     try:

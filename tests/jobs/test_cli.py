@@ -108,6 +108,18 @@ def test_every_option_of_every_command_has_help() -> None:
     assert missing == []
 
 
+def test_an_unknown_log_level_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # `batchy worker --log-level verbose` was a traceback from logging.basicConfig
+    # ("ValueError: Unknown level: 'VERBOSE'", exit 1).
+    with pytest.raises(SystemExit) as done:
+        main(["worker", "app:queue", "--log-level", "verbose"])
+    assert done.value.code == 2
+    assert "argument --log-level: invalid choice: 'VERBOSE' (choose from 'DEBUG', " in (
+        capsys.readouterr().err
+    )
+    assert _parser().parse_args(["worker", "--log-level", "debug"]).log_level == "DEBUG"
+
+
 def test_every_command_says_which_store(cli: Cli) -> None:
     where = f"store: SQLite {cli.db}"
     for command in (("info",), ("jobs", "list"), ("dead", "list")):
