@@ -305,8 +305,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     except JobError as error:  # a bad option, app, argument or delay: no traceback
         print(f"batchy: error: {error}", file=sys.stderr)
         code = 2
-    except asyncio.CancelledError:
-        code = 130  # stopped at once by a second SIGINT
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        # Stopped at once: a worker by a second SIGINT, any other command by the first
+        # (Ctrl-C on a listing, or on a store that does not answer). The shell has
+        # shown ^C; a traceback of where the loop was says nothing more.
+        code = 130
     sys.exit(code)
 
 

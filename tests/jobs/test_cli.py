@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import subprocess
 import sys
@@ -443,3 +444,21 @@ def test_a_listing_piped_to_head_exits_141_without_a_word(cli: Cli, tmp_path: Pa
     listing.stdout.close()
     assert listing.wait(timeout=30) == 141
     assert listing.stderr.read() == ""
+
+
+def test_ctrl_c_stops_a_command_with_130_and_no_traceback(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C on `batchy jobs list` against a store that does not answer printed
+    # asyncio's KeyboardInterrupt traceback.
+    import signal
+
+    from batchy.jobs import cli as commands
+
+    async def hangs(queue: Queue, args: argparse.Namespace) -> int:
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(60)
+        return 0
+
+    monkeypatch.setitem(commands.COMMANDS, "info", hangs)
+    assert cli("info") == (130, "", "")
