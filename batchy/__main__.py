@@ -212,10 +212,21 @@ async def _operate(args: argparse.Namespace) -> int:
         await queue.close()
 
 
+#: Seconds a command waits for the store: a server that accepts connections and
+#: never answers (a wrong port behind a proxy, a stopped process) hung it for good.
+ANSWER_WITHIN = 60.0
+
+
 async def _reaching(queue: Queue, command: Awaitable[T]) -> T:
     """``command``, with a store it cannot reach said in one line (ConfigError), not a traceback."""
     try:
-        return await command
+        async with asyncio.timeout(ANSWER_WITHIN):
+            return await command
+    except TimeoutError as error:
+        raise ConfigError(
+            f"{queue.admin.store} did not answer within {ANSWER_WITHIN:g} s; check that the "
+            "server is up and answering, and that the app's address (DSN or URL) points at it"
+        ) from error
     except Exception as error:
         if not queue.backend.unreachable(error):
             raise

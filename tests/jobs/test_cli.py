@@ -462,3 +462,25 @@ def test_ctrl_c_stops_a_command_with_130_and_no_traceback(
 
     monkeypatch.setitem(commands.COMMANDS, "info", hangs)
     assert cli("info") == (130, "", "")
+
+
+def test_a_store_that_never_answers_is_one_line_not_a_hang(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Redis address that accepts connections and never answers hung `batchy info`
+    # for good: the client has no read timeout.
+    import batchy.__main__ as entry
+    from batchy.jobs import cli as commands
+
+    async def hangs(queue: Queue, args: argparse.Namespace) -> int:
+        await asyncio.sleep(60)
+        return 0
+
+    monkeypatch.setattr(entry, "ANSWER_WITHIN", 0.2)
+    monkeypatch.setitem(commands.COMMANDS, "info", hangs)
+    code, out, err = cli("info")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"batchy: error: SQLite {cli.db} did not answer within 0.2 s; check that the server "
+        "is up and answering, and that the app's address (DSN or URL) points at it\n"
+    )
