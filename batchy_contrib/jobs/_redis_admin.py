@@ -7,7 +7,7 @@ list moved), the ``sched``, ``retry``, ``leases`` and ``dead`` sorted sets and
 ``results`` (kept results by expiry, written by the cycle, each done job's
 record in ``done:<id>``) from the cursor's rank, an ordering key's list, and
 for blocked jobs the ``okey`` hash (whole, by id, while it holds at most
-``budget`` jobs; else with ``HSCAN``, whose pages end where its batches do: see
+``budget`` jobs or is a listpack; else with ``HSCAN``, whose pages end where its batches do: see
 the script). A call examines at most ``budget`` entries beyond the page:
 filters the structure does not index (a queue among scheduled jobs) may end a
 page short, with a cursor to go on from. Deleting a queued job is an ``LREM`` on its
@@ -187,16 +187,27 @@ elseif state == 'running' then
     if (c1 == '' or id > c1) and take(record(id), {id, '', ''}) then break end
   end
 elseif state == 'blocked' then
-  -- The keyed jobs (okey) that are not their key's head. c2: the greatest id a
-  -- page read in id order listed (every job up to it was listed then).
-  local floor = c2
-  if (c1 == '' or c1 == '0') and redis.call('HLEN', p..'okey') <= budget then
+  -- The keyed jobs (okey) that are not their key's head. c2, when c3 is 'id': the
+  -- greatest id a page read in id order listed (every job up to it was listed
+  -- then). A cursor whose c3 is empty is an earlier release's, whose c2 counted
+  -- places in the HSCAN batch at c1: read as an id, it skipped the jobs whose ids
+  -- sort before that number. It resumes at its batch's start instead (jobs of that
+  -- batch listed twice, none missed).
+  local floor = c3 == 'id' and c2 or ''
+  local whole = false
+  if c1 == '' or c1 == '0' then
+    -- A small hash (a listpack) is returned whole by every HSCAN, whatever its
+    -- COUNT: read it whole and by id too, or a page ran to hundreds past limit.
+    whole = redis.call('HLEN', p..'okey') <= budget
+      or redis.call('OBJECT', 'ENCODING', p..'okey') ~= 'hashtable'
+  end
+  if whole then
     -- Few keyed jobs: all of them read and sorted by id, so a page may end after
     -- any job, as exactly as in a sorted set.
     local ids = redis.call('HKEYS', p..'okey')
     table.sort(ids)
     for _, id in ipairs(ids) do
-      if (floor == '' or id > floor) and take(only(record(id), 'blocked'), {'0', id, ''}) then
+      if (floor == '' or id > floor) and take(only(record(id), 'blocked'), {'0', id, 'id'}) then
         break
       end
     end
@@ -217,9 +228,10 @@ elseif state == 'blocked' then
         local id = batch[2][i]
         take((floor == '' or id > floor) and only(record(id), 'blocked'), {})
       end
-      if #rows > before and scan ~= '0' then marks[#rows] = {scan, floor, ''} end
+      if #rows > before and scan ~= '0' then marks[#rows] = {scan, floor, 'id'} end
     until scan == '0' or #rows >= limit or examined >= budget
-    return {rows, marks, scan == '0' and {} or {scan, floor, ''}, string.format('%.6f', clock())}
+    local nxt = scan == '0' and {} or {scan, floor, 'id'}
+    return {rows, marks, nxt, string.format('%.6f', clock())}
   end
 end
 local nxt = {}
