@@ -15,7 +15,7 @@ from batchy.jobs import Backend, ConfigError
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-__all__ = ["check_postgres_dsn", "redis_from_url", "shown"]
+__all__ = ["check_postgres_dsn", "redis_client", "redis_from_url", "shown"]
 
 REDIS_FORM = (
     "write redis://host:6379/1 (a database of its own), rediss://host:6379/1 for TLS, or "
@@ -43,6 +43,21 @@ def _masked(text: str, location: str) -> str:
         if colon and password:
             text = text.replace(password, "***")
     return text
+
+
+def redis_client(url: str | aioredis.Redis) -> aioredis.Redis:
+    """The asyncio client ``url`` is or names; a :class:`ConfigError` if the store cannot use it."""
+    if isinstance(url, str):
+        return redis_from_url(url)
+    # The scripts' replies are read as text: bytes made listings fail in json.dumps
+    # ('Object of type bytes is not JSON serializable') and showed ids as b'...'.
+    if not url.get_encoder().decode_responses:  # type: ignore[no-untyped-call]
+        raise ConfigError(
+            f"RedisBackend: the client {url!r} returns bytes; the store reads text. Make it "
+            "with decode_responses=True (redis.asyncio.Redis(..., decode_responses=True)), "
+            "or give RedisBackend a URL"
+        )
+    return url
 
 
 def redis_from_url(url: str) -> aioredis.Redis:

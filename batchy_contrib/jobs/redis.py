@@ -85,7 +85,7 @@ from . import _redis_counts as _counts
 from . import _redis_runs as _runs
 from . import _redis_scripts as lua
 from . import _redis_views as views
-from ._locations import redis_from_url
+from ._locations import redis_client
 from ._redis_admin import RedisOperating
 
 __all__ = ["RedisBackend"]
@@ -105,7 +105,8 @@ class RedisBackend(RedisOperating, views.RedisViews):
     """Jobs in Redis (redis-py's asyncio client); any number of workers on any machines.
 
     ``url`` is a Redis URL (use a database of its own, e.g. ``redis://host:6379/1``)
-    or an existing ``redis.asyncio.Redis`` client.
+    or an existing ``redis.asyncio.Redis`` client made with ``decode_responses=True``
+    (enqueueing without an event loop, ``push_sync``, needs a URL).
     """
 
     def __init__(
@@ -116,7 +117,7 @@ class RedisBackend(RedisOperating, views.RedisViews):
         dead_max: int = DEAD_MAX,
         dead_max_age: float = DEAD_MAX_AGE,
     ) -> None:
-        self.redis: aioredis.Redis = redis_from_url(url) if isinstance(url, str) else url
+        self.redis: aioredis.Redis = redis_client(url)
         self.url = url if isinstance(url, str) else repr(url)
         self.prefix = prefix
         self.dead_max = dead_max
@@ -181,8 +182,17 @@ class RedisBackend(RedisOperating, views.RedisViews):
     ) -> list[bool]:
         self.no_connection(connection)
         if self._sync is None:
-            if not isinstance(self.url, str) or not self.url.startswith(("redis", "unix")):
-                return super().push_sync(envelopes, now)
+            if not self.url.startswith(("redis", "unix")):
+                # A redis.asyncio client works only in the event loop it runs in,
+                # and cannot be copied into a blocking one (its retries, credential
+                # providers and connect hooks are asyncio's): it failed with
+                # redis-py's 'no running event loop'.
+                raise ConfigError(
+                    f"{self!r} cannot enqueue without an event loop: it was given a "
+                    "redis.asyncio client, which needs one; give RedisBackend a URL (it "
+                    "makes a blocking client for this), or enqueue from async code with "
+                    "'await job.enqueue(...)'"
+                )
             self._sync = redis.Redis.from_url(self.url, decode_responses=True)
         script = self._sync.register_script(lua.PUSH)
         args = [self.prefix, *self._push_args(envelopes, now)]

@@ -111,3 +111,30 @@ def test_no_refused_location_shows_its_password(password: str, scheme: str, tail
         with pytest.raises(ConfigError) as info:
             Queue(locations[0])
         assert password not in str(info.value), (locations[0], str(info.value))
+
+
+def test_redis_store_refuses_a_client_that_returns_bytes() -> None:
+    """A redis.asyncio client made without decode_responses=True was taken: its
+    listings failed in json.dumps ('Object of type bytes ...'), ids showed as b'...'."""
+    import redis.asyncio as aioredis
+
+    with pytest.raises(ConfigError) as info:
+        RedisBackend(aioredis.Redis(host="cache", db=1))
+    assert "returns bytes; the store reads text. Make it with decode_responses=True" in str(
+        info.value
+    )
+    RedisBackend(aioredis.Redis(host="cache", db=1, decode_responses=True))  # taken
+
+
+def test_redis_store_given_a_client_says_why_it_cannot_enqueue_without_a_loop() -> None:
+    """push_sync (enqueue from code without an event loop) on a redis.asyncio client
+    failed deep in redis-py: 'ConnectionError: no running event loop'."""
+    import redis.asyncio as aioredis
+
+    from batchy.jobs import Envelope
+
+    store = RedisBackend(aioredis.Redis(host="cache", db=1, decode_responses=True))
+    with pytest.raises(ConfigError) as info:
+        store.push_sync([Envelope("j1", "default", "{}")], 0.0)
+    assert str(info.value).startswith(f"{store!r} cannot enqueue without an event loop: it was")
+    assert "give RedisBackend a URL" in str(info.value)
