@@ -121,7 +121,8 @@ class Admin:
         ``key`` (an ordering key, as stored: ``group:value``) narrow it; a done
         job is kept with what it was (queue, key, payload) for as long as its
         result. The store seeks each page by index; the job type is read from
-        payloads here, examining at most ``TYPE_SCAN`` jobs per call: a page
+        payloads here, reading at most ``TYPE_SCAN`` jobs' worth of store pages
+        per call: a page
         filtered by type may hold fewer than ``limit`` jobs (even none) and still
         have a ``next``. So may a page of done jobs filtered by queue or key (the
         stores index results by expiry only). A page of Redis's blocked jobs, on a
@@ -133,10 +134,13 @@ class Admin:
             found, after = await self._page(state, queue, key, after, limit)
             return JobPage(state, tuple(self._info(s) for s in found), after)
         kept: list[JobInfo] = []
-        examined = 0
+        examined, size = 0, max(limit, 100)
         while examined < TYPE_SCAN:
-            found, following = await self._page(state, queue, key, after, max(limit, 100))
-            examined += max(len(found), 1)
+            found, following = await self._page(state, queue, key, after, size)
+            # A short page with a next one read a whole page's worth in the store
+            # (its queue or key filter left jobs out): counted by what it returned,
+            # a queue that matches nothing had every job of 100,000 read in one call.
+            examined += size
             for i, stored in enumerate(found):
                 info = self._info(stored)
                 if info.job != job:

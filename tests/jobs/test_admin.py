@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from batchy.jobs import (
     ConfigError,
+    Envelope,
     JobEvent,
     JobHook,
     JobInfo,
@@ -17,6 +19,7 @@ from batchy.jobs import (
     JobStateError,
     Queue,
 )
+from batchy.jobs._admin import TYPE_SCAN
 
 from .conftest import fast_worker
 
@@ -488,3 +491,32 @@ async def test_dead_jobs_of_one_key_page_through_newest_first(queue: Queue) -> N
     await drain(queue, concurrency=1)
     pages = await every_page(queue, "dead", 2, key="sync:acme")
     assert ids(pages) == [h.id for h in reversed(died)]
+
+
+async def test_a_type_filter_on_a_queue_of_no_jobs_reads_a_bounded_part(queue: Queue) -> None:
+    """A store page its queue filter left empty counted as one job examined: with
+    a queue that matches nothing, one call read every job of the store, page by
+    page (201 pages of Redis's 100,000 scheduled jobs)."""
+
+    @queue.job(name="rare", queue="other")
+    async def rare() -> None:
+        return None
+
+    backend = queue.backend
+    if hasattr(backend, "page_budget"):
+        backend.page_budget = 10  # a page of 100 reads 101 jobs: 5,000 hold 50 pages
+    now = time.time()
+    await backend.push(
+        [Envelope(f"s{i:04d}", "default", "{}", due=now + 3600) for i in range(5000)], now
+    )
+    pages = 0
+    list_jobs = backend.list_jobs
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal pages
+        pages += 1
+        return await list_jobs(*args, **kwargs)
+
+    backend.list_jobs = counted  # type: ignore[method-assign]
+    await queue.admin.jobs("scheduled", queue="other", job="rare", limit=5)
+    assert pages <= TYPE_SCAN // 100
