@@ -143,11 +143,10 @@ class Admin:
             examined += size
             for i, stored in enumerate(found):
                 info = self._info(stored)
-                if info.job != job:
-                    continue
-                kept.append(info)
+                if info.job == job:
+                    kept.append(info)
                 # The next page starts right after this job, if one may (else after
-                # the next job that has a cursor, a few more than limit).
+                # the next job that has a cursor, of this type or not: a few more).
                 if len(kept) >= limit and stored.after is not None:
                     last = i == len(found) - 1 and following is None
                     return JobPage(state, tuple(kept), None if last else stored.after)

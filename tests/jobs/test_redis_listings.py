@@ -261,3 +261,31 @@ async def test_a_page_of_blocked_jobs_in_a_small_hash_holds_at_most_limit(store:
         assert sorted(listed) == sorted(blocked)
     finally:
         await clear(store)
+
+
+async def test_a_page_filtered_by_job_type_ends_at_the_first_cursor_past_limit(
+    store: Any,
+) -> None:
+    """A page of blocked jobs filtered by type ended only at a job of that type that
+    had a cursor: on a store past its page_budget, a page of 1 held 145 jobs."""
+    store.page_budget = 200
+    try:
+        envelopes = [
+            Envelope(f"{i:05d}", "default", payload("x" if i % 10 == 0 else "y"), key=f"k{i % 2}")
+            for i in range(5000)
+        ]
+        for i in range(0, len(envelopes), 1000):
+            await store.push(envelopes[i : i + 1000], time.time())
+        admin = Queue(store).admin
+        listed: list[str] = []
+        after: str | None = None
+        while True:
+            page = await admin.jobs("blocked", job="x", limit=1, after=after)
+            assert len(page.jobs) <= 40
+            listed += [j.id for j in page.jobs]
+            if page.next is None:
+                break
+            after = page.next
+        assert sorted(listed) == [e.id for e in envelopes[2:] if e.id.endswith("0")]
+    finally:
+        await clear(store)
