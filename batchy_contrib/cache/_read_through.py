@@ -8,6 +8,7 @@ worker threads, and its failures are counted and logged, never raised.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -196,22 +197,30 @@ class ReadThrough(batchy.Loader[K, V]):
                 values[i] = error  # fails this key alone, not the batch
         if not asked:
             return values
-        status, found = await self._call("get_many", read_many, self.client, list(asked.values()))
+        status, found = await self._call(
+            "get_many",
+            functools.partial(read_many, within=self.timeout),
+            self.client,
+            list(asked.values()),
+        )
         ok = status == "ok"
         if not ok:
             found = {}
             if status == "skipped":
                 self.stats.skipped += len(asked)
         missing: list[int] = []
+        unreadable: list[int] = []
         for i, mk in asked.items():
             if mk not in found:
                 missing.append(i)
-            elif isinstance(value := found[mk], Unreadable):
+            elif isinstance(found[mk], Unreadable):
                 # Never served: reloaded like a miss, and the write-back replaces it.
-                self._unreadable(keys[i], value)
+                unreadable.append(i)
                 missing.append(i)
             else:
-                values[i] = value
+                values[i] = found[mk]
+        if unreadable:
+            self._unreadable([keys[i] for i in unreadable], found[asked[unreadable[0]]])
         if ok:
             self.stats.hits += len(asked) - len(missing)
         if not missing:
@@ -267,16 +276,25 @@ class ReadThrough(batchy.Loader[K, V]):
                 bad[mk] = error
         return bad
 
-    def _unreadable(self, key: K, entry: Unreadable) -> None:
+    def _unreadable(self, keys: list[K], first: Unreadable) -> None:
+        """One warning a read, however many of its entries cannot be read (a format change)."""
+        others = (
+            f" (and for {len(keys) - 1} more keys of the read: {short_repr(keys[1:])})"
+            if len(keys) > 1
+            else ""
+        )
         log.warning(
-            "loader %r found an entry for key %s in memcached at %s that cannot be read "
-            "(%s); loading the key from %r and writing it again. Change prefix= when the "
+            "loader %r found an entry for key %s%s in memcached at %s that cannot be read "
+            "(%s); loading %s from %r and writing %s again. Change prefix= when the "
             "values' format changes, and give caches that share a memcached their own prefix",
             self.name,
-            short_repr(key),
+            short_repr(keys[0]),
+            others,
             self.server,
-            entry.reason,
+            first.reason,
+            "the key" if len(keys) == 1 else "them",
             self.inner.name,
+            "it" if len(keys) == 1 else "them",
         )
 
     def _not_stored(self, key: K, value: Any, error: Exception) -> None:

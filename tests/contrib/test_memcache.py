@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import batchy
 from batchy.testing import record
 from batchy_contrib.cache import memcache
-from batchy_contrib.cache._serde import Unreadable, read_many
+from batchy_contrib.cache._serde import Unreadable, read_many, search_budget
 from batchy_contrib.cache.memcache import DataSourceError
 
 DATA = {i: {"id": i, "name": f"user{i}"} for i in range(1, 10)}
@@ -498,35 +498,135 @@ class ServedBy:
     """A client whose serde raises on the entries in ``bad``, as pymemcache's get_many does."""
 
     def __init__(self, entries: dict[str, int], bad: set[str]) -> None:
-        self.entries, self.bad, self.calls = entries, bad, 0
+        self.entries, self.bad, self.calls, self.answered = entries, bad, 0, 0
 
     def get_many(self, keys: list[str]) -> dict[str, int]:
         self.calls += 1
         if raising := sorted(self.bad.intersection(keys)):
             raise ValueError(f"cannot decode {raising[0]}")
+        self.answered += 1
         return {k: self.entries[k] for k in keys if k in self.entries}
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.sets(st.text("abcdef", min_size=1, max_size=3), max_size=16), st.data())
+@settings(max_examples=400, deadline=None)
+@given(st.sets(st.text("abcdef", min_size=1, max_size=3), max_size=40), st.data())
 def test_read_many_makes_just_the_entries_the_serde_raises_on_unreadable(
     keys: set[str], data: st.DataObject
 ) -> None:
+    """Up to two bad entries are found exactly; more cost no more than the budget of calls,
+    and leave only keys that were never cleared unreadable; all raising is an outage."""
     asked = sorted(keys)
     stored = data.draw(st.sets(st.sampled_from(asked)) if asked else st.just(set()))
     bad = data.draw(st.sets(st.sampled_from(sorted(stored))) if stored else st.just(set()))
     client = ServedBy({k: i for i, k in enumerate(asked) if k in stored}, bad)
-    found = read_many(client, asked)
-    assert set(found) == stored
-    for k in stored:
-        if k in bad:
-            assert (
-                isinstance(found[k], Unreadable)
-                and found[k].reason == f"ValueError: cannot decode {k}"
-            )
+    try:
+        found = read_many(client, asked)
+    except ValueError:
+        assert len(asked) >= 2 and client.answered == 0  # nothing readable: the client fails
+        found = None
+    assert client.calls <= (search_budget(len(asked)) if bad else 1)
+    if found is None:
+        return
+    for k in asked:
+        value = found.get(k)
+        own = f"ValueError: cannot decode {k}"
+        if isinstance(value, Unreadable) and value.reason != own:
+            assert len(bad) > 2 and "too many of those among the" in value.reason
+        elif k in bad:
+            assert isinstance(value, Unreadable) and value.reason == own
+        elif k in stored:
+            assert value == asked.index(k)
         else:
-            assert found[k] == asked.index(k)
-    assert client.calls <= max(1, 2 * len(asked) - 1)
+            assert k not in found
+
+
+def test_read_many_takes_a_client_that_raises_on_every_entry_as_failing() -> None:
+    """Every entry raising cost 2n - 1 calls (1,999 for 1,000 keys) and made each key a miss."""
+    asked = [f"k{i}" for i in range(1000)]
+    client = ServedBy(dict.fromkeys(asked, 1), set(asked))
+    with pytest.raises(ValueError, match="cannot decode k0"):
+        read_many(client, asked)
+    assert client.calls == search_budget(1000) == 42
+
+
+def test_read_many_begins_no_call_after_its_time() -> None:
+    class Slow(ServedBy):
+        def get_many(self, keys: list[str]) -> dict[str, int]:
+            time.sleep(0.02)
+            return super().get_many(keys)
+
+    asked = [f"k{i}" for i in range(1000)]
+    client = Slow(dict.fromkeys(asked, 1), set(asked))
+    with pytest.raises(ValueError):
+        read_many(client, asked, within=0.1)
+    assert client.calls <= 7
+
+
+class Refusing:
+    """A user's serde that can read nothing (every entry was written in another format)."""
+
+    def serialize(self, key: str, value: Any) -> tuple[bytes, int]:
+        return json.dumps(value).encode(), 7
+
+    def deserialize(self, key: str, value: bytes, flags: int) -> Any:
+        raise ValueError("not this format")
+
+
+class Wrapped:
+    """A client of the user's own whose every call raises its own error (memcached is fine)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.server, self.calls = inner, inner.server, 0
+
+    def get_many(self, keys: list[str]) -> Any:
+        self.calls += 1
+        raise RuntimeError("wrapper is broken")
+
+    def set_many(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("wrapper is broken")
+
+
+@pytest.mark.parametrize("kind", ["serde raises on every entry", "every call raises"])
+async def test_a_client_that_can_read_nothing_is_an_outage_logged_once(
+    memcached: tuple[str, int], prefix: str, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    """It cost 2n - 1 get_many calls under the client's lock (1,999 for 1,000 keys), a
+    warning per key, and was never an outage: no retry_after, every round the same."""
+    from pymemcache.client.base import Client
+
+    keys = list(range(1000))
+    own = Client(memcached, serde=Refusing(), timeout=2)
+    calls = 0
+    get_many = own.get_many
+
+    def counted(asked: list[str]) -> Any:
+        nonlocal calls
+        calls += 1
+        return get_many(asked)
+
+    own.get_many = counted  # type: ignore[method-assign]
+    client: Any = own if kind == "serde raises on every entry" else Wrapped(own)
+
+    @batchy.batched(name="users")
+    async def inner(ids: list[int]) -> list[Any]:
+        return [{"id": i} for i in ids]
+
+    users = memcache.cached(inner, client, prefix=prefix, retry_after=60, timeout=5)
+    own.set_many({users.memcache_key(k): k for k in keys}, noreply=False)
+    calls = 0
+    with caplog.at_level(logging.WARNING, logger="batchy_contrib.cache.memcache"):
+        for _ in range(2):
+            assert await load(users, keys) == [{"id": k} for k in keys]
+    made = calls if client is own else client.calls
+    assert made <= search_budget(1000)
+    assert (users.stats.errors, users.stats.skipped) == (1, 1000)
+    assert len(caplog.records) == 1
+    assert (
+        caplog.records[0]
+        .getMessage()
+        .startswith(f"memcached at {users.server} failed in get_many for loader 'cached(users)' (")
+    )
+    own.delete_many([users.memcache_key(k) for k in keys], noreply=False)
 
 
 def test_read_many_raises_memcacheds_own_failures() -> None:
