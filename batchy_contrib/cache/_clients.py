@@ -4,7 +4,9 @@ Why one lock per client, not per loader: a pymemcache ``Client`` is one socket,
 and every loader and cache given that client calls it from worker threads. Two
 calls at once interleave their commands and replies on the socket: one reads
 the other's ``STORED`` or ``VALUE`` lines, or a socket the other just closed.
-So every user of one such client takes the same lock, found here by the client.
+So every user of one such client takes the same lock, found here by the client
+that owns the socket: wrappers (pymemcache's ``RetryingClient``) are seen through,
+so two wrappers of one ``Client`` share its lock, and a wrapped pool takes none.
 """
 
 from __future__ import annotations
@@ -16,14 +18,26 @@ from typing import Any, TypeVar
 
 from pymemcache.client.base import PooledClient
 from pymemcache.client.hash import HashClient
+from pymemcache.client.retrying import RetryingClient
 
-__all__ = ["call_alone", "server_of"]
+__all__ = ["call_alone", "lock_of", "server_of", "unwrapped"]
 
 T = TypeVar("T")
 
 _locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
 _strong: dict[int, tuple[Any, threading.Lock]] = {}  # clients that take no weak reference
 _guard = threading.Lock()
+
+
+def unwrapped(client: Any) -> Any:
+    """The client under any pymemcache ``RetryingClient`` wrappers: the one that owns sockets.
+
+    A ``RetryingClient`` answers every attribute it lacks with a function that
+    calls the inner client's, so neither ``isinstance`` nor ``getattr`` sees through it.
+    """
+    while isinstance(client, RetryingClient):
+        client = vars(client)["_client"]
+    return client
 
 
 def _thread_safe(client: Any) -> bool:
@@ -33,7 +47,9 @@ def _thread_safe(client: Any) -> bool:
     return isinstance(client, HashClient) and bool(getattr(client, "use_pooling", False))
 
 
-def _lock(client: Any) -> threading.Lock | None:
+def lock_of(client: Any) -> threading.Lock | None:
+    """The lock every user of ``client``'s socket takes; ``None`` for a thread-safe client."""
+    client = unwrapped(client)
     if _thread_safe(client):
         return None
     with _guard:
@@ -48,7 +64,7 @@ def _lock(client: Any) -> threading.Lock | None:
 
 def call_alone(client: Any, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` while no other thread uses ``client``, unless it is thread-safe."""
-    lock = _lock(client)
+    lock = lock_of(client)
     if lock is None:
         return fn(*args, **kwargs)
     with lock:
@@ -57,6 +73,7 @@ def call_alone(client: Any, fn: Callable[..., T], *args: Any, **kwargs: Any) -> 
 
 def server_of(client: Any) -> str:
     """``host:port`` of a client, for messages."""
+    client = unwrapped(client)
     server = getattr(client, "server", None)
     if isinstance(server, tuple) and len(server) == 2:
         return f"{server[0]}:{server[1]}"

@@ -21,7 +21,7 @@ from pymemcache import exceptions as mc
 import batchy
 from batchy import InvalidKeyError, UsageError, short_repr
 
-from ._clients import call_alone, server_of
+from ._clients import call_alone, server_of, unwrapped
 from ._keys import UnsupportedKey, check_prefix, exact_key, memcached_key, unsupported
 from ._serde import Unreadable, read_many
 
@@ -265,7 +265,7 @@ class ReadThrough(batchy.Loader[K, V]):
         return bad
 
     def _unserializable(self, values: dict[str, Any]) -> dict[str, Exception]:
-        serde = getattr(self.client, "serde", None)
+        serde = getattr(unwrapped(self.client), "serde", None)
         bad: dict[str, Exception] = {}
         if serde is None:  # not a pymemcache client: cannot tell, so it counts as a failure
             return bad

@@ -389,6 +389,51 @@ async def test_loaders_sharing_a_single_socket_client_take_turns(
     assert [c.stats.errors for c in caches] == [0] * 4
 
 
+async def test_wrappers_over_one_single_socket_client_share_its_lock(
+    memcached: tuple[str, int], prefix: str
+) -> None:
+    """Each RetryingClient over one plain Client had its own lock: the caches' calls ran at
+    once on the one socket and read each other's replies (a ``get`` reading ``STORED``)."""
+    from pymemcache import serde
+    from pymemcache.client.base import Client
+    from pymemcache.client.retrying import RetryingClient
+
+    plain = Client(memcached, serde=serde.pickle_serde, timeout=2)
+    caches = [
+        memcache.cached(
+            make_inner(f"users{j}"),
+            RetryingClient(plain, attempts=1),
+            prefix=f"{prefix}{j}:",
+            timeout=2,
+        )
+        for j in range(4)
+    ]
+    keys = list(range(1, 10))
+    for _ in range(5):
+        for c in caches:  # a fresh round of misses and write-backs each time
+            await c.adelete(*keys)
+        async with batchy.scope():
+            got = await batchy.gather(*(batchy.gather(*(c(k) for k in keys)) for c in caches))
+        assert got == [[DATA[k] for k in keys]] * 4
+    assert [c.stats.errors for c in caches] == [0] * 4
+
+
+def test_a_thread_safe_client_takes_no_lock_through_a_wrapper(memcached: tuple[str, int]) -> None:
+    from pymemcache.client.base import Client
+    from pymemcache.client.retrying import RetryingClient
+
+    from batchy_contrib.cache._clients import lock_of
+
+    pooled = memcache.connect(f"{memcached[0]}:{memcached[1]}")
+    assert lock_of(RetryingClient(pooled)) is None
+    plain = Client(memcached)
+    assert lock_of(RetryingClient(plain)) is lock_of(RetryingClient(plain)) is lock_of(plain)
+    assert lock_of(plain) is not None
+    # It answered any attribute with a function: the server and the serde were lambdas.
+    host, port = memcached
+    assert memcache.cached(make_inner(), RetryingClient(plain)).server == f"{host}:{port}"
+
+
 class Renamed:
     """A value whose class a later deploy renames: its pickles no longer load."""
 

@@ -564,16 +564,24 @@ async def test_a_key_shaped_like_a_hashed_key_does_not_read_its_entry(
     )
 
 
+@pytest.mark.parametrize("wrapped", [False, True])
 async def test_a_value_that_cannot_be_pickled_fails_its_write_alone(
-    client: Any, prefix: str, caplog: pytest.LogCaptureFixture
+    client: Any, prefix: str, caplog: pytest.LogCaptureFixture, wrapped: bool
 ) -> None:
-    """Not a memcached failure: the other values are written, memcached stays in use."""
+    """Not a memcached failure: the other values are written, memcached stays in use.
+
+    Through a RetryingClient, every value of the write was taken as unserializable:
+    the wrapper answered ``serde`` with a function, which has no ``serialize``.
+    """
+    from pymemcache.client.retrying import RetryingClient
 
     @batchy.batched(name="things")
     async def things(keys: list[int]) -> list[Any]:
         return [threading.Lock() if k < 0 else {"k": k} for k in keys]
 
-    cached = memcache.cached(things, client, prefix=prefix, retry_after=30)
+    cached = memcache.cached(
+        things, RetryingClient(client) if wrapped else client, prefix=prefix, retry_after=30
+    )
     with caplog.at_level(logging.WARNING, logger="batchy_contrib.cache.memcache"):
         lock, two = await load(cached, [-1, 2])
         assert await load(cached, [-3, 4]) != []  # a second lock: not warned about again
