@@ -393,12 +393,14 @@ class Database(SQLDatabase):
             pool.release(conn)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
-        """Run one write statement for many parameter rows (one multi-row INSERT)."""
+        """Run one write statement for many parameter rows (one multi-row INSERT); return the
+        number of affected rows (0 for no rows, as on PostgreSQL and SQLite)."""
         pool = await self._pool()
         conn = await acquire(pool)
         try:
             async with conn.cursor() as cur:
-                return int(await cur.executemany(sql, [list(r) for r in rows]))
+                # aiomysql returns None, not 0, when there are no rows to send.
+                return int(await cur.executemany(sql, [list(r) for r in rows]) or 0)
         finally:
             pool.release(conn)
 

@@ -282,6 +282,16 @@ async def test_sqlite_file_that_cannot_be_opened(tmp_path: Any) -> None:
     await db.close()
 
 
+async def test_executemany_returns_the_rows_written_and_no_rows_write_none(db: Any) -> None:
+    # MariaDB raised TypeError ('int() argument must be ... not NoneType') for no rows:
+    # aiomysql returns None when it has nothing to send.
+    await make_tables(db)
+    p = db.dialect.param
+    assert await db.executemany(f"INSERT INTO pets VALUES ({p}, {p}, {p})", []) == 0
+    rows = [(20, 2, "bo"), (21, 2, "jo")]
+    assert await db.executemany(f"INSERT INTO pets VALUES ({p}, {p}, {p})", rows) == 2
+
+
 async def test_sqlite_in_memory_uses_one_connection() -> None:
     from batchy_contrib.sql import sqlite
 
