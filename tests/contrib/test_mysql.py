@@ -247,3 +247,32 @@ async def test_questions_needs_a_bounded_pool(mysql_url: str) -> None:
     ):
         await db.questions()
     await db.close()
+
+
+async def test_a_connect_cut_short_closes_its_socket_though_its_error_is_kept() -> None:
+    # As on PostgreSQL (psycopg kept the half-made connection in the frames of the
+    # error a loader's failure keeps): a batch's time limit ends a connect to a
+    # server slow to answer, and the error is kept; the socket must close now, not
+    # when the garbage collector comes by (it is off here, to tell the two apart).
+    import gc
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        port = server.getsockname()[1]
+        db = mysql.Database.from_url(f"mysql://root@127.0.0.1:{port}/x", minsize=0, timeout=0.2)
+        items = db.one("items")
+        gc.disable()
+        try:
+            async with batchy.scope():
+                (kept,) = await batchy.gather(items(1), return_exceptions=True)
+            accepted, _ = server.accept()
+            with accepted:
+                accepted.settimeout(5)
+                while accepted.recv(4096):  # nothing is sent: then the end of the stream
+                    pass
+        finally:
+            gc.enable()
+        assert isinstance(kept, DataSourceError)
+        await db.close()
