@@ -20,6 +20,7 @@ import asyncio
 import importlib
 import json
 import logging
+import math
 import os
 import sys
 import traceback
@@ -112,6 +113,19 @@ def _import_failed(spec: str, module_name: str, error: Exception) -> ConfigError
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
+def _seconds(text: str) -> float:
+    """A finite number of seconds > 0 (argparse names the option in its message)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a finite number of seconds > 0; e.g. --lease 30"
+        )
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="batchy", description="batchy background jobs")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -135,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds SIGTERM waits for running jobs before handing them back (default 25)",
     )  # fmt: skip
     worker.add_argument(
-        "--lease", type=float, default=30.0,
+        "--lease", type=_seconds, default=30.0,
         help="seconds a claimed job stays this worker's without a heartbeat (default 30)",
     )  # fmt: skip
     worker.add_argument(

@@ -28,7 +28,33 @@ def parse_queues(specs: Iterable[str | tuple[str, int]]) -> list[tuple[str, int 
                 "write -q critical,2 (critical is fetched twice as often) or -q critical"
             )
         out.append((name, int(weight_text)))
+    _check_specs(out)
     return out
+
+
+def _check_specs(specs: list[tuple[str, int | None]]) -> None:
+    """Refuse what has no meaning: a queue named twice ("queues a, a"), or weighted and
+    strict queues together (strict order and weighted draws are two orders; none is said
+    for a mix, which was drawn as if each strict queue had weight 1)."""
+    names = [n for n, _ in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(
+            f"queue {twice[0]!r} is given more than once ({', '.join(_spec(s) for s in specs)}); "
+            "name each queue once, e.g. -q critical -q default"
+        )
+    weighted = [_spec(s) for s in specs if s[1] is not None]
+    strict = [_spec(s) for s in specs if s[1] is None]
+    if weighted and strict:
+        raise ConfigError(
+            f"weighted queues ({', '.join(weighted)}) and strict ones ({', '.join(strict)}) "
+            "together: give every queue a weight (-q critical,2 -q default,1: drawn by "
+            "weight) or none (-q critical -q default: strict order)"
+        )
+
+
+def _spec(spec: tuple[str, int | None]) -> str:
+    return spec[0] if spec[1] is None else f"{spec[0]},{spec[1]}"
 
 
 def fetch_order(specs: Sequence[tuple[str, int | None]]) -> list[str]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -94,9 +95,16 @@ class Worker:
                 f"Worker prefetch={prefetch!r} must be an int >= 0 (jobs claimed ahead of a "
                 "free slot; 0, the default, claims only for free slots)"
             )
-        if not lease > 0 or not poll_interval > 0 or shutdown_timeout < 0:
+        # The lease first: the default heartbeat is a third of it, so a heartbeat
+        # check on a bad lease named a heartbeat nobody gave ("heartbeat=None").
+        if not (math.isfinite(lease) and lease > 0):
             raise ConfigError(
-                f"Worker lease={lease!r}, poll_interval={poll_interval!r} must be > 0 and "
+                f"Worker lease={lease!r} must be a finite number of seconds > 0 (how long a "
+                "claimed job stays this worker's without a heartbeat); e.g. lease=30"
+            )
+        if not poll_interval > 0 or shutdown_timeout < 0:
+            raise ConfigError(
+                f"Worker poll_interval={poll_interval!r} must be > 0 and "
                 f"shutdown_timeout={shutdown_timeout!r} >= 0 (seconds)"
             )
         self.queue = queue

@@ -484,3 +484,57 @@ def test_a_store_that_never_answers_is_one_line_not_a_hang(
         f"batchy: error: SQLite {cli.db} did not answer within 0.2 s; check that the server "
         "is up and answering, and that the app's address (DSN or URL) points at it\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("queues", "said"),
+    [
+        (
+            ["-q", "a", "-q", "a"],
+            "queue 'a' is given more than once (a, a); name each queue once, "
+            "e.g. -q critical -q default",
+        ),
+        (
+            ["-q", "a,2", "-q", "a"],
+            "queue 'a' is given more than once (a,2, a); name each queue once, "
+            "e.g. -q critical -q default",
+        ),
+        (
+            ["-q", "a,2", "-q", "b"],
+            "weighted queues (a,2) and strict ones (b) together: give every queue a weight "
+            "(-q critical,2 -q default,1: drawn by weight) or none (-q critical -q default: "
+            "strict order)",
+        ),
+    ],
+)
+def test_worker_queues_named_twice_or_mixed_are_refused(
+    cli: Cli, queues: list[str], said: str
+) -> None:
+    # `-q a -q a` started a worker on "queues a, a"; `-q a,2 -q b` drew b as if
+    # it had weight 1, an order the docs give no meaning to.
+    code, out, err = cli("worker", *queues, "--burst")
+    assert (code, out, err) == (2, "", f"batchy: error: {said}\n")
+
+
+@pytest.mark.parametrize("lease", ["inf", "nan", "0", "-1", "soon"])
+def test_worker_lease_that_is_not_finite_and_positive_is_named(cli: Cli, lease: str) -> None:
+    # `--lease inf` said "heartbeat=None must be > 0 and shorter than lease=inf",
+    # naming a heartbeat nobody gave.
+    code, out, err = cli("worker", "--lease", lease, "--burst")
+    assert (code, out) == (2, "")
+    assert err.endswith(
+        f"batchy worker: error: argument --lease: {lease!r} is not a finite number of "
+        "seconds > 0; e.g. --lease 30\n"
+    )
+
+
+@pytest.mark.parametrize("lease", [float("inf"), float("nan"), 0, -1.0])
+def test_worker_lease_is_checked_before_the_heartbeat(cli: Cli, lease: float) -> None:
+    from batchy.jobs import ConfigError, Worker
+
+    with pytest.raises(ConfigError) as info:
+        Worker(Queue(str(cli.db)), lease=lease)
+    assert str(info.value) == (
+        f"Worker lease={lease!r} must be a finite number of seconds > 0 (how long a claimed "
+        "job stays this worker's without a heartbeat); e.g. lease=30"
+    )

@@ -111,11 +111,12 @@ def test_every_is_aligned_and_strictly_after() -> None:
 
 
 def test_parse_queues() -> None:
-    assert parse_queues(["critical,2", "default", ("low", 1)]) == [
+    assert parse_queues(["critical,2", "default,1", ("low", 1)]) == [
         ("critical", 2),
-        ("default", None),
+        ("default", 1),
         ("low", 1),
     ]
+    assert parse_queues(["critical", "default"]) == [("critical", None), ("default", None)]
 
 
 def test_payload_round_trip() -> None:
