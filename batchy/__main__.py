@@ -10,25 +10,31 @@
     batchy dashboard app.jobs:queue --port 8000      # pip install 'batchy[dashboard]'
 
 ``APP`` is ``module:attribute`` naming a :class:`batchy.jobs.Queue` (the
-current directory is importable); it may also come from ``$BATCHY_APP``.
+current directory is importable); every command also takes it as ``--app APP``
+or from ``$BATCHY_APP``. The first word after ``jobs ACTION``, ``dead ACTION``
+or ``enqueue`` is the app only when it has that form: ``BATCHY_APP=app.jobs:queue
+batchy jobs delete ID1 ID2`` deletes two jobs (the rule is in ``batchy/jobs/_cli_app.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
 import logging
 import math
 import os
+import re
 import sys
 import traceback
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TypeVar
 
 from batchy import UsageError
 from batchy.jobs import ConfigError, JobError, Queue, Worker
+from batchy.jobs._cli_app import app_arguments, choose_app, hint
 from batchy.jobs._output import OutputFailed, guarded_stdout, output_failed
 from batchy.jobs.cli import COMMANDS, add_commands
 
@@ -131,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     worker = sub.add_parser("worker", help="run a worker")
-    worker.add_argument("app", nargs="?", help="module:queue (default $BATCHY_APP)")
+    app_arguments(worker)
     worker.add_argument(
         "-c", "--concurrency", type=int, default=10,
         help="jobs run at once in this process, their loads batched together (default 10)",
@@ -171,7 +177,7 @@ def _parser() -> argparse.ArgumentParser:
     board = sub.add_parser(
         "dashboard", help="serve the web dashboard (needs: pip install 'batchy[dashboard]')"
     )
-    board.add_argument("app", nargs="?", help="module:queue (default $BATCHY_APP)")
+    app_arguments(board)
     board.add_argument("--host", default="127.0.0.1", help="interface (default: this machine only)")
     board.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     board.add_argument("--read-only", action="store_true", help="show everything, change nothing")
@@ -181,10 +187,20 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     board.add_argument("--root-path", default="", help="URL prefix when proxied under a path")
 
-    enqueue = sub.add_parser("enqueue", help="enqueue one job (arguments as JSON)")
-    enqueue.add_argument("app", help="module:attribute naming the Queue")
-    enqueue.add_argument("job", help="the job type's name (see `batchy info`)")
-    enqueue.add_argument("args", nargs="*", help="positional arguments, each a JSON value")
+    enqueue = sub.add_parser(
+        "enqueue", help="enqueue one job (arguments as JSON)",
+        usage="batchy enqueue [-h] [--app APP] [options] [APP] JOB [ARG ...]",
+    )  # fmt: skip
+    # The app is a word of its own form (module:attribute) or --app or $BATCHY_APP
+    # (see choose_app), so the parser takes words and requires only the job's.
+    enqueue.add_argument(
+        "job", metavar="[APP] JOB", help="module:attribute naming the Queue (default --app or "
+        "$BATCHY_APP), then the job type's name",
+    )  # fmt: skip
+    enqueue.add_argument(
+        "args", nargs="*", default=[], help="positional arguments, each a JSON value"
+    )
+    app_arguments(enqueue, positional=False)
     enqueue.add_argument("--kwargs", default="{}", help="keyword arguments as a JSON object")
     enqueue.add_argument("--delay", type=float, default=None, help="seconds from now to run it")
     enqueue.add_argument("--queue", default=None, help="queue (default: the job type's)")
@@ -192,38 +208,45 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _worker(args: argparse.Namespace) -> int:
-    queue = load_app(args.app)
-    queue.check_runnable(f"app {args.app or os.environ.get('BATCHY_APP')!r}")
-    worker = Worker(
-        queue,
-        queues=args.queues,
-        concurrency=args.concurrency,
-        lease=args.lease,
-        heartbeat=args.heartbeat,
-        poll_interval=args.poll_interval,
-        shutdown_timeout=args.shutdown_timeout,
-        burst=args.burst,
-        prefetch=args.prefetch,
-    )
-    names = ", ".join(f"{n},{w}" if w else n for n, w in worker.queue_specs)
-    logging.getLogger("batchy.jobs").info(
-        "worker %s: queues %s, concurrency %d, store %s",
-        worker.id, names, worker.concurrency, queue.admin.store,
-    )  # fmt: skip
+@contextlib.asynccontextmanager
+async def _opened(args: argparse.Namespace) -> AsyncIterator[Queue]:
+    """The app's queue, its store closed however the command ends (a refused argument too)."""
     try:
-        await worker.run(signals=True)
+        queue = load_app(args.app)
+    except ConfigError as error:
+        raise hint(args, error) from error
+    try:
+        yield queue
     finally:
         await queue.close()
+
+
+async def _worker(args: argparse.Namespace) -> int:
+    async with _opened(args) as queue:
+        queue.check_runnable(f"app {args.app!r}")
+        worker = Worker(
+            queue,
+            queues=args.queues,
+            concurrency=args.concurrency,
+            lease=args.lease,
+            heartbeat=args.heartbeat,
+            poll_interval=args.poll_interval,
+            shutdown_timeout=args.shutdown_timeout,
+            burst=args.burst,
+            prefetch=args.prefetch,
+        )
+        names = ", ".join(f"{n},{w}" if w else n for n, w in worker.queue_specs)
+        logging.getLogger("batchy.jobs").info(
+            "worker %s: queues %s, concurrency %d, store %s",
+            worker.id, names, worker.concurrency, queue.admin.store,
+        )  # fmt: skip
+        await worker.run(signals=True)
     return 0
 
 
 async def _operate(args: argparse.Namespace) -> int:
-    queue = load_app(args.app)
-    try:
+    async with _opened(args) as queue:
         return await _reaching(queue, COMMANDS[args.command](queue, args))
-    finally:
-        await queue.close()
 
 
 #: Seconds a command waits for the store: a server that accepts connections and
@@ -252,34 +275,35 @@ async def _reaching(queue: Queue, command: Awaitable[T]) -> T:
 
 
 async def _enqueue(args: argparse.Namespace) -> int:
-    queue = load_app(args.app)
-    job = queue.jobs.get(args.job)
-    if job is None:
-        raise ConfigError(
-            f"job type {args.job!r} is not declared on {args.app}; it declares: "
-            f"{', '.join(sorted(queue.jobs)) or 'none'}"
-        )
-    try:
-        values = [json.loads(a) for a in args.args]
-        kwargs = json.loads(args.kwargs)
-    except json.JSONDecodeError as error:
-        raise ConfigError(
-            f"job {args.job!r}: argument is not JSON ({error}); quote strings as JSON, "
-            "e.g. '\"hello\"'"
-        ) from error
-    if not isinstance(kwargs, dict):
-        raise ConfigError(
-            f"job {args.job!r}: --kwargs {args.kwargs!r} is not a JSON object; pass the "
-            "keyword arguments by name, e.g. --kwargs '{\"user_id\": 42}'"
-        )
-    try:
+    async with _opened(args) as queue:
+        job = queue.jobs.get(args.job)
+        if job is None:
+            raise ConfigError(
+                f"job type {args.job!r} is not declared on {args.app}; it declares: "
+                f"{', '.join(sorted(queue.jobs)) or 'none'}"
+            )
+        values = [_json(args.job, f"argument {n}", text) for n, text in enumerate(args.args, 1)]
+        kwargs = _json(args.job, "--kwargs", args.kwargs)
+        if not isinstance(kwargs, dict):
+            raise ConfigError(
+                f"job {args.job!r}: --kwargs {args.kwargs!r} is not a JSON object; pass the "
+                "keyword arguments by name, e.g. --kwargs '{\"user_id\": 42}'"
+            )
         options = job.options(delay=args.delay, queue=args.queue, key=args.key)
         handle = await _reaching(queue, options.enqueue(*values, **kwargs))
-    finally:
-        await queue.close()
     print(f"store: {queue.admin.store}", file=sys.stderr)  # stdout: the id, for scripts
     print(handle.id)
     return 0
+
+
+def _json(job: str, which: str, text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(
+            f"job {job!r}: {which}, {text!r}, is not JSON ({error}); quote a string as JSON, "
+            f"e.g. {json.dumps(text)!r}"
+        ) from error
 
 
 async def _dashboard(args: argparse.Namespace) -> int:
@@ -292,15 +316,12 @@ async def _dashboard(args: argparse.Namespace) -> int:
             f"`batchy dashboard` needs the dashboard's packages ({error}); install them "
             "with: pip install 'batchy[dashboard]'"
         ) from error
-    queue = load_app(args.app)
-    try:
+    async with _opened(args) as queue:
         auth = load_auth(args.auth) if args.auth else None
         await serve(
             queue, host=args.host, port=args.port, read_only=args.read_only, auth=auth,
             root_path=args.root_path,
         )  # fmt: skip
-    finally:
-        await queue.close()
     return 0
 
 
@@ -314,15 +335,39 @@ _COMMANDS = {
 }
 
 
+#: The commands whose last positional takes any number of words, and its name.
+_WORDS = {"jobs": "ids", "dead": "ids", "enqueue": "args"}
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``argv`` parsed, with the words after an option (``jobs delete --app A ID``) kept.
+
+    argparse fills the optional positionals (the app, the ids) with nothing at the first
+    option, and calls the words after it unrecognized: they are the ids (or arguments).
+    """
+    args, extra = parser.parse_known_args(argv)
+    dest = _WORDS.get(args.command)
+    options = [w for w in extra if w.startswith("-") and not _NUMBER.fullmatch(w)]
+    if extra and (dest is None or options):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        setattr(args, str(dest), [*getattr(args, str(dest)), *extra])
+    return args
+
+
+_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?|-\.\d+([eE][-+]?\d+)?")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``batchy`` script."""
-    args = _parser().parse_args(argv)
+    args = _parse(_parser(), argv)
     if args.command == "worker":
         logging.basicConfig(
             level=args.log_level,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
     try:
+        choose_app(args)
         with guarded_stdout():
             code = asyncio.run(_COMMANDS[args.command](args))
     except OutputFailed as failed:  # `| head` closed the pipe, say: no store's failure

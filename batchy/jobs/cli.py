@@ -25,13 +25,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._admin import Admin
+from ._cli_app import app_arguments
 from ._errors import ConfigError, JobStateError
 from ._queue import Queue
 from ._records import LIST_STATES, JobInfo, JobPage
 
 __all__ = ["COMMANDS", "add_commands"]
-
-_APP = "module:attribute naming the Queue (default $BATCHY_APP)"
 
 
 def add_commands(sub: Any) -> None:
@@ -39,7 +38,7 @@ def add_commands(sub: Any) -> None:
     info = sub.add_parser(
         "info", help="queues, dead jobs, live workers, busiest/stalled keys, sharded runs"
     )
-    info.add_argument("app", nargs="?", help=_APP)
+    app_arguments(info)
     info.add_argument("--keys", type=int, default=10, help="ordering keys to show per list")
     info.add_argument(
         "--runs", type=int, default=5, help="latest runs to show per sharded job (default 5)"
@@ -51,8 +50,10 @@ def add_commands(sub: Any) -> None:
         help="list jobs; show one; delete waiting ones; run scheduled or retrying ones now; "
         "cancel running ones (their handler gets CancelledError at its next await)",
     )  # fmt: skip
-    jobs.add_argument("app", nargs="?", help=_APP)
-    jobs.add_argument("ids", nargs="*", help="job ids (show: one; delete, run-now, cancel: any)")
+    app_arguments(jobs)
+    jobs.add_argument(
+        "ids", nargs="*", default=[], help="job ids (show: one; delete, run-now, cancel: any)"
+    )
     jobs.add_argument(
         "--state", default="queued", choices=LIST_STATES,
         help="which jobs to list (default queued; blocked: waiting behind their ordering key)",
@@ -64,8 +65,8 @@ def add_commands(sub: Any) -> None:
         "action", choices=["list", "show", "retry", "delete"],
         help="list dead jobs; show one with its traceback; retry or delete some or all",
     )  # fmt: skip
-    dead.add_argument("app", nargs="?", help=_APP)
-    dead.add_argument("ids", nargs="*", help="dead job ids (show: one)")
+    app_arguments(dead)
+    dead.add_argument("ids", nargs="*", default=[], help="dead job ids (show: one)")
     dead.add_argument("--all", action="store_true", help="retry or delete every dead job")
     _filters(dead, "only dead jobs", key=False)
 
@@ -222,6 +223,13 @@ def _ids(args: argparse.Namespace) -> list[str]:
 
 
 async def _list(admin: Admin, args: argparse.Namespace, state: str) -> int:
+    if args.ids:
+        # A mistyped app (no ':') is read as an id: say what an app looks like.
+        raise ConfigError(
+            f"`batchy {args.command} list` takes no job ids, got {' '.join(args.ids)!r}; "
+            "narrow it with --queue or --job, and name the app as module:attribute "
+            "(e.g. myapp.jobs:queue), with --app, or in BATCHY_APP"
+        )
     page: JobPage = await admin.jobs(
         state, queue=args.queue, job=args.job, key=getattr(args, "key", None),
         after=args.after, limit=args.limit,

@@ -67,10 +67,14 @@ class Cli:
     def __call__(self, *args: str) -> tuple[int, str, str]:
         """``batchy`` with ``args``, the app spec put after the command's words."""
         words = 2 if args[0] in ("jobs", "dead") else 1
+        return self.bare(*args[:words], self.spec, *args[words:])
+
+    def bare(self, *args: str) -> tuple[int, str, str]:
+        """``batchy`` with ``args`` as they are."""
         self.capsys.readouterr()
         try:
             with pytest.raises(SystemExit) as done:
-                main([*args[:words], self.spec, *args[words:]])
+                main(list(args))
         finally:
             # Each command closes the app's store, as the process it runs in would end.
             sys.modules.pop(self.spec.split(":")[0], None)
@@ -538,3 +542,156 @@ def test_worker_lease_is_checked_before_the_heartbeat(cli: Cli, lease: float) ->
         f"Worker lease={lease!r} must be a finite number of seconds > 0 (how long a claimed "
         "job stays this worker's without a heartbeat); e.g. lease=30"
     )
+
+
+def test_every_command_takes_the_app_from_batchy_app(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `BATCHY_APP=m:queue batchy enqueue ok 1` loaded 'ok' as the app (its app was
+    # required), and `batchy jobs delete ID1 ID2` loaded ID1.
+    monkeypatch.setenv("BATCHY_APP", cli.spec)
+    where = f"store: SQLite {cli.db}"
+    made = []
+    for n in range(3):
+        code, out, err = cli.bare("enqueue", "ok", str(n))
+        assert (code, err) == (0, where + "\n")
+        made.append(out.strip())
+    code, out, _ = cli.bare("jobs", "list")
+    assert (code, ids_of(out)) == (0, made)
+    assert cli.bare("jobs", "show", made[0])[1].splitlines()[1] == f"id:         {made[0]}"
+    assert cli.bare("jobs", "delete", made[0], made[1]) == (0, f"{where}\ndeleted 2 job(s)\n", "")
+    assert cli.bare("dead", "list")[1] == f"{where}\nno dead jobs\n"
+    assert cli.bare("info")[0] == 0
+    # An app named on the line wins over BATCHY_APP, as a word or as --app.
+    monkeypatch.setenv("BATCHY_APP", "nosuchmodule:queue")
+    assert ids_of(cli.bare("jobs", "list", cli.spec)[1]) == [made[2]]
+    assert ids_of(cli.bare("jobs", "list", "--app", cli.spec)[1]) == [made[2]]
+    assert cli.bare("jobs", "delete", "--app", cli.spec, made[2])[1].endswith("deleted 1 job(s)\n")
+    code, out, _ = cli.bare("enqueue", "--app", cli.spec, "ok", "5")
+    assert code == 0 and len(out.strip()) == 32
+
+
+def test_a_command_without_an_app_says_how_to_name_it(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BATCHY_APP", raising=False)
+    code, out, err = cli.bare("jobs", "delete", "3f2a", "9c1b")
+    assert (code, out) == (2, "")
+    assert err == (
+        "batchy: error: `batchy jobs` has no app: name the batchy.jobs.Queue as "
+        "'module:attribute' first (`batchy jobs delete myapp.jobs:queue ID...`), or with "
+        "--app, or set BATCHY_APP=myapp.jobs:queue; '3f2a' is not one (an id or a job name)\n"
+    )
+    code, _, err = cli.bare("enqueue", "ok", "1")
+    assert code == 2 and "`batchy enqueue` has no app: " in err
+    # A mistyped app (no ':') before a listing is read as an id, and said so.
+    code, _, err = cli.bare("jobs", "list", cli.spec.split(":")[0], "--app", cli.spec)
+    assert code == 2
+    assert err == (
+        f"batchy: error: `batchy jobs list` takes no job ids, got {cli.spec.split(':')[0]!r}; "
+        "narrow it with --queue or --job, and name the app as module:attribute (e.g. "
+        "myapp.jobs:queue), with --app, or in BATCHY_APP\n"
+    )
+    code, _, err = cli.bare("info", cli.spec, "--app", "other:queue")
+    assert code == 2 and f"two apps, {cli.spec!r} and --app 'other:queue'; give one" in err
+
+
+def test_an_id_of_the_apps_form_is_taken_for_the_app_and_said_so(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BATCHY_APP", cli.spec)
+    code, _, err = cli.bare("jobs", "delete", "user:abc")
+    assert code == 2
+    assert err.startswith("batchy: error: app 'user:abc': cannot import module 'user'")
+    assert err.endswith(
+        "('user:abc' was taken for the app, being module:attribute; if it is an id, name the "
+        "app with --app and it is read as one)\n"
+    )
+    made = cli("enqueue", "ok", "1")[1].strip()
+    code, _, err = cli.bare("jobs", "delete", "--app", cli.spec, "user:abc", made)
+    assert code == 2 and "job user:abc is not in" in err  # read as an id
+
+
+def test_enqueue_requires_only_the_job(cli: Cli) -> None:
+    # `batchy enqueue capp:queue` said "the following arguments are required: job, args",
+    # though a job may take no arguments.
+    code, out, err = cli("enqueue")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"batchy: error: `batchy enqueue` has the app {cli.spec!r} but no job: name the job "
+        "type, then its arguments as JSON (`batchy enqueue myapp.jobs:queue "
+        "myapp.jobs.send_welcome 42`)\n"
+    )
+    code, _, err = cli.bare("enqueue")
+    assert code == 2 and err.endswith(
+        "batchy enqueue: error: the following arguments are required: [APP] JOB\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        (["1", "notjson"], "argument 2, 'notjson', is not JSON (Expecting value: line 1 "
+         "column 1 (char 0)); quote a string as JSON, e.g. '\"notjson\"'"),
+        (["--kwargs", "{x: 1}"], "--kwargs, '{x: 1}', is not JSON (Expecting property name "
+         "enclosed in double quotes: line 1 column 2 (char 1)); quote a string as JSON, "
+         "e.g. '\"{x: 1}\"'"),
+    ],
+)  # fmt: skip
+def test_enqueue_says_which_argument_is_not_json(cli: Cli, words: list[str], said: str) -> None:
+    # It said "argument is not JSON", not which of them.
+    code, out, err = cli("enqueue", "ok", *words)
+    assert (code, out, err) == (2, "", f"batchy: error: job 'ok': {said}\n")
+
+
+CLOSING_APP = """
+from batchy.jobs import Queue, SQLiteBackend
+
+class Store(SQLiteBackend):
+    async def close(self) -> None:
+        await super().close()
+        with open({marks!r}, "a") as marks:
+            marks.write("closed\\n")
+
+queue = Queue(Store({db!r}))
+
+@queue.job(name="ok")
+async def ok(x: int) -> int:
+    return x
+"""
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["enqueue", "nosuchjob", "1"],
+        ["enqueue", "ok", "notjson"],
+        ["enqueue", "ok", "--kwargs", "[1]"],
+        ["enqueue", "ok", "1", "2"],
+        ["enqueue", "ok", "1"],
+        ["worker", "-q", "a", "-q", "a"],
+        ["worker", "--heartbeat", "100"],
+        ["jobs", "show", "nosuchid"],
+        ["jobs", "list", "extra"],
+    ],
+)
+def test_every_command_closes_the_store_however_it_ends(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    words: list[str],
+) -> None:
+    # `batchy enqueue` with an unknown job or an argument that is not JSON, and a
+    # worker refusing its options, returned without closing the app's store.
+    monkeypatch.chdir(tmp_path)
+    marks = tmp_path / "marks"
+    name = f"closing_{uuid.uuid4().hex[:8]}"
+    app = CLOSING_APP.format(marks=str(marks), db=str(tmp_path / "jobs.db"))
+    (tmp_path / f"{name}.py").write_text(app)
+    at = 2 if words[0] == "jobs" else 1
+    try:
+        with pytest.raises(SystemExit):
+            main([*words[:at], f"{name}:queue", *words[at:]])
+    finally:
+        sys.modules.pop(name, None)
+    assert marks.read_text() == "closed\n", capsys.readouterr().err
