@@ -185,7 +185,15 @@ async def dead(queue: Queue, args: argparse.Namespace) -> int:
     ids = args.ids or None
     if args.action == "retry":
         moved = await admin.retry_dead(ids, queue=args.queue, job=args.job)
-        print(f"retried {moved} dead job(s)")
+        left = [] if ids else await _live_again(admin, args)
+        # Such an entry stays dead by design (its retry would replace the live job):
+        # without a word, "retried 0 dead job(s)" beside a dead list looked like a failure.
+        why = (
+            f"; {len(left)} left dead, each id a live job's again (enqueued anew), which a "
+            f"retry would replace: {' '.join(left[:5])}{' ...' if len(left) > 5 else ''} "
+            "(`batchy dead show ID` shows the entry, `batchy dead delete ID` drops it)"
+        )
+        print(f"retried {moved} dead job(s)" + (why if left else ""))
     else:
         gone = await admin.delete_dead(ids, queue=args.queue, job=args.job)
         print(f"deleted {gone} dead job(s)")
@@ -267,6 +275,20 @@ def _line(job: JobInfo, now: float) -> str:
     kind, key = job.job or "?", f" key={job.key}" if job.key else ""
     head = f"{job.id}  {job.state:<9} {job.queue:<12} {kind:<24} {job.attempts:>3}"
     return f"{head}  {when}{key}  {note}".rstrip()
+
+
+async def _live_again(admin: Admin, args: argparse.Namespace) -> list[str]:
+    """The ids of the dead entries (of ``args``' filters) whose id is a live job's again."""
+    found: list[str] = []
+    after: str | None = None
+    while True:  # after a retry, the dead set holds only those and jobs dead since
+        page = await admin.jobs("dead", queue=args.queue, job=args.job, after=after, limit=500)
+        for entry in page.jobs:
+            if (await admin.job(entry.id)).state not in ("dead", "cancelled"):
+                found.append(entry.id)
+        after = page.next
+        if after is None:
+            return found
 
 
 async def _dead_entry(admin: Admin, job_id: str) -> JobInfo | None:

@@ -695,3 +695,32 @@ def test_every_command_closes_the_store_however_it_ends(
     finally:
         sys.modules.pop(name, None)
     assert marks.read_text() == "closed\n", capsys.readouterr().err
+
+
+def test_dead_retry_all_says_which_entries_it_left_dead(cli: Cli) -> None:
+    # It said "retried 0 dead job(s)" and no more, while `batchy dead list` still
+    # showed the entry (its id is a live job's again, so it stays dead by design).
+    from batchy.jobs import SQLiteBackend, Worker
+
+    queue = Queue(SQLiteBackend(cli.db))
+
+    @queue.job(name="bad", retries=0)
+    async def bad(x: int) -> None:
+        raise KeyError(x)
+
+    async def scenario() -> None:
+        await bad.options(id="bad-1").enqueue(1)
+        await bad.options(id="bad-2").enqueue(1)
+        await Worker(queue, burst=True, poll_interval=0.01).run()
+        await bad.options(id="bad-1").enqueue(2)  # the same id, live again
+        await queue.close()
+
+    asyncio.run(scenario())
+    code, out, _ = cli("dead", "retry", "--all")
+    assert code == 0
+    assert out.splitlines()[1] == (
+        "retried 1 dead job(s); 1 left dead, each id a live job's again (enqueued anew), "
+        "which a retry would replace: bad-1 (`batchy dead show ID` shows the entry, "
+        "`batchy dead delete ID` drops it)"
+    )
+    assert cli("dead", "retry", "--all")[1].splitlines()[1].startswith("retried 0 dead job(s); 1 ")
