@@ -33,23 +33,14 @@ def parse_queues(specs: Iterable[str | tuple[str, int]]) -> list[tuple[str, int 
 
 
 def _check_specs(specs: list[tuple[str, int | None]]) -> None:
-    """Refuse what has no meaning: a queue named twice ("queues a, a"), or weighted and
-    strict queues together (strict order and weighted draws are two orders; none is said
-    for a mix, which was drawn as if each strict queue had weight 1)."""
+    """Refuse a queue named twice ("queues a, a"). A queue without a weight among
+    weighted ones is drawn with weight 1, as in Sidekiq (-q critical,2 -q default)."""
     names = [n for n, _ in specs]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ConfigError(
             f"queue {twice[0]!r} is given more than once ({', '.join(_spec(s) for s in specs)}); "
             "name each queue once, e.g. -q critical -q default"
-        )
-    weighted = [_spec(s) for s in specs if s[1] is not None]
-    strict = [_spec(s) for s in specs if s[1] is None]
-    if weighted and strict:
-        raise ConfigError(
-            f"weighted queues ({', '.join(weighted)}) and strict ones ({', '.join(strict)}) "
-            "together: give every queue a weight (-q critical,2 -q default,1: drawn by "
-            "weight) or none (-q critical -q default: strict order)"
         )
 
 

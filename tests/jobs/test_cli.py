@@ -503,19 +503,10 @@ def test_a_store_that_never_answers_is_one_line_not_a_hang(
             "queue 'a' is given more than once (a,2, a); name each queue once, "
             "e.g. -q critical -q default",
         ),
-        (
-            ["-q", "a,2", "-q", "b"],
-            "weighted queues (a,2) and strict ones (b) together: give every queue a weight "
-            "(-q critical,2 -q default,1: drawn by weight) or none (-q critical -q default: "
-            "strict order)",
-        ),
     ],
 )
-def test_worker_queues_named_twice_or_mixed_are_refused(
-    cli: Cli, queues: list[str], said: str
-) -> None:
-    # `-q a -q a` started a worker on "queues a, a"; `-q a,2 -q b` drew b as if
-    # it had weight 1, an order the docs give no meaning to.
+def test_worker_queues_named_twice_are_refused(cli: Cli, queues: list[str], said: str) -> None:
+    # `-q a -q a` started a worker on "queues a, a".
     code, out, err = cli("worker", *queues, "--burst")
     assert (code, out, err) == (2, "", f"batchy: error: {said}\n")
 

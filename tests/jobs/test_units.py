@@ -117,6 +117,8 @@ def test_parse_queues() -> None:
         ("low", 1),
     ]
     assert parse_queues(["critical", "default"]) == [("critical", None), ("default", None)]
+    # Sidekiq's -q critical,2 -q default: default is drawn with weight 1.
+    assert parse_queues(["critical,2", "default"]) == [("critical", 2), ("default", None)]
 
 
 def test_payload_round_trip() -> None:
