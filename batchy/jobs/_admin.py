@@ -348,7 +348,13 @@ class Admin:
             after = page.next
             if after is None:
                 break
-        return await self._act(action, chosen) if chosen else 0
+        if not chosen:
+            return 0
+        # As for the whole dead set: a filter acts on what it can. An entry whose id
+        # is live again stays dead (its retry would replace the live job), the rest go.
+        if action == "retry_dead":
+            return await self.backend.retry_dead(chosen, _clock.now())
+        return await self.backend.delete_dead(chosen)
 
     async def _act(self, action: str, ids: str | Iterable[str]) -> int:
         chosen = [ids] if isinstance(ids, str) else list(dict.fromkeys(ids))

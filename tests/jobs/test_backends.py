@@ -897,3 +897,29 @@ async def test_times_kept_past_ten_years_never_fail_a_round_trip_half_way(
     # A queue name a store splits on (a TAB) stranded the job on a retry (Redis).
     with pytest.raises(TextError, match="queue name 'emails\\\\turgent' is not valid"):
         await backend.push([Envelope("e", "emails\turgent", "{}")], now)
+
+
+async def test_a_retry_by_filter_skips_a_dead_entry_whose_id_is_live_again(
+    queue: Queue,
+) -> None:
+    # As a retry of the whole dead set does. It refused them all ("cannot retry ...
+    # job bad-1 is dead and queued ...; nothing was changed"), so one such entry kept
+    # every other dead job of the type from a retry by type or queue.
+    ran = []
+
+    @queue.job(name="bad", retries=0)
+    async def bad(n: int) -> None:
+        ran.append(n)
+        if len(ran) <= 2:
+            raise ValueError("broken")
+
+    await bad.options(id="bad-1").enqueue(1)
+    await bad.options(id="bad-2").enqueue(2)
+    await drain(queue)
+    await bad.options(id="bad-1").enqueue(10)  # the same id, live again
+    assert await queue.admin.retry_dead(job="bad") == 1
+    assert [d.id for d in await queue.dead_jobs()] == ["bad-1"]
+    await drain(queue)
+    assert sorted(ran[2:]) == [2, 10]
+    assert await queue.admin.delete_dead(queue="default") == 1
+    assert await queue.dead_jobs() == []
