@@ -82,7 +82,8 @@ every backend:
   store needs; stores shared between processes keep them in the store.
 - Sharded runs (:class:`batchy.jobs.ShardedJob`): ``note_run`` records a run's
   start, ``runs`` lists one sharded job's runs latest first, without scanning
-  its jobs. The default, again, keeps them in this object.
+  its jobs; ``run_started`` reads one run's start (a start names its pushes'
+  unique keys after it). The default, again, keeps them in this object.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from . import _runs_kept
 from ._errors import ConfigError
 from ._model import Claims, DeadJob, Envelope, Info, JobStatus, KeyInfo, Outcome, WorkerInfo
 from ._records import (
@@ -281,22 +283,20 @@ class Backend(abc.ABC):
         more than ``keep`` seconds ago (its shards' results are gone by then).
 
         The default keeps them in this object, for this process only: stores
-        shared between processes override both methods.
-        """
-        kept: dict[str, dict[str, float]] = self.__dict__.setdefault("_sharded_runs", {})
-        runs = kept.setdefault(name, {})
-        runs[run] = now
-        for old in [r for r, started in runs.items() if started < now - keep]:
-            del runs[old]
+        shared between processes override the three methods."""
+        _runs_kept.note(self.__dict__.setdefault("_sharded_runs", {}), name, run, now, keep)
 
     async def runs(
         self, name: str, now: float, keep: float, limit: int = 50
     ) -> list[tuple[str, float]]:
         """Up to ``limit`` runs of sharded job ``name`` started in the last ``keep``
         seconds, as ``(run, started)``, the latest first."""
-        kept: dict[str, dict[str, float]] = self.__dict__.get("_sharded_runs", {})
-        found = [(r, t) for r, t in kept.get(name, {}).items() if t >= now - keep]
-        return sorted(found, key=lambda rt: (-rt[1], rt[0]))[:limit]
+        return _runs_kept.listed(self.__dict__.get("_sharded_runs", {}), name, now, keep, limit)
+
+    async def run_started(self, name: str, run: str) -> float | None:
+        """When ``run`` of sharded job ``name`` was last started (:meth:`note_run`), or
+        ``None``; not filtered by a keep, so readers either side of its end agree."""
+        return _runs_kept.started(self.__dict__.get("_sharded_runs", {}), name, run)
 
     # -- operating (batchy.jobs.Admin) ---------------------------------------------------
 

@@ -28,7 +28,9 @@ seconds, a week by default). Starting a run whose shards are still in the store
 does nothing; starting it again once done runs it again from the start. The
 store remembers each run's start for as long (:meth:`Backend.note_run`), so
 ``queue.admin.runs(job)``, ``batchy info`` and the dashboard list the runs
-without scanning the jobs.
+without scanning the jobs. Starts of one run at the same moment, in any
+processes, start it once: each start's pushes carry unique keys named after the
+run's last recorded start (see ``ShardedJob._start_key``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ __all__ = ["ShardedJob"]
 
 #: Results of finished shards are kept a week, so a run's status stays known.
 SHARD_KEEP = 7 * 24 * 3600.0
+#: Seconds a start's unique keys are held: far past the reads and push of a
+#: start, far below a run's remembering (see ShardedJob._start_key).
+START_TTL = 3600.0
 
 
 class ShardedJob:
@@ -118,7 +123,12 @@ class ShardedJob:
         return self.handler(shard, shards, cursor)
 
     async def start(self, run: str = "default", *, cursor: Any = None) -> int:
-        """Enqueue every shard of ``run``; how many were enqueued (0: it is still going)."""
+        """Enqueue every shard of ``run``; how many were enqueued (0: it is still going,
+        or another process started it at the same moment)."""
+        backend = self.queue.backend
+        # Read before the shards: see _start_key. Then the shards' states, read
+        # after it, are at least as new as the start it names.
+        last = await backend.run_started(self.name, run)
         # Going while any shard is queued, running or dead (a dead one resumes from
         # its cursor with `batchy dead retry`); a push alone would see only the
         # shards still queued or running, and run the finished ones again.
@@ -132,12 +142,30 @@ class ShardedJob:
             )
             self.queue._announce(message)  # before encoding: hooks may write headers
             payload = encode(message, self.queue.serializer)
-            envelopes.append(Envelope(message.id, message.queue, payload))
-        backend = self.queue.backend
+            unique = self._start_key(run, last, shard)
+            envelopes.append(
+                Envelope(message.id, message.queue, payload, unique=unique, unique_ttl=START_TTL)
+            )
         started = sum(await backend.push(envelopes, now))
-        if started:  # listed by Admin.runs while its shards' results are kept
+        # Listed by Admin.runs while its shards' results are kept; read by the next start.
+        if started:
             await backend.note_run(self.name, run, now, self.remembered)
         return started
+
+    def _start_key(self, run: str, last: float | None, shard: int) -> str:
+        # Two starts that read the same last start are one start: their pushes
+        # carry the same unique keys, so the store keeps the first and skips the
+        # other, atomically in every store (a read of every shard, then a push,
+        # is not: a shard the first start pushed and a worker finished since
+        # read "done" to the second, which pushed it again). A start that lands
+        # records itself (note_run) and the next start reads that, so a finished
+        # run starts again. The key need outlive only the time from the read to
+        # the push, and the push to the record; shorter than a run is remembered,
+        # so a run forgotten and started again (read None again) is not refused.
+        # (Starts whose reads fall either side of the record's forgetting read
+        # different names: that moment, a week on, is not covered.)
+        after = "never" if last is None else repr(last)
+        return f"sharded:{self.name}:{run}:{after}:{shard}"
 
     async def status(self, run: str = "default") -> list[JobStatus]:
         """Each shard's status (``done`` once finished, until its result expires)."""

@@ -65,7 +65,7 @@ from ._sqlite_lock import Transaction as _Transaction
 from ._sqlite_lock import Waits, check_busy_timeout, read
 from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_runs import TABLE as RUNS_TABLE
-from ._sqlite_runs import note_run, runs
+from ._sqlite_runs import note_run, run_started, runs
 from ._sqlite_size import (
     check_lengths,
     check_progress,
@@ -425,6 +425,9 @@ class SQLiteBackend(Backend):
         self, name: str, now: float, keep: float, limit: int = 50
     ) -> list[tuple[str, float]]:
         return await self._read(lambda: runs(self._db, name, now, keep, limit))
+
+    async def run_started(self, name: str, run: str) -> float | None:
+        return await self._read(lambda: run_started(self._db, name, run))
 
     async def close(self) -> None:
         self._wakeups.close()

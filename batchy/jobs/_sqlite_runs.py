@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["TABLE", "note_run", "runs"]
+__all__ = ["TABLE", "note_run", "run_started", "runs"]
 
 TABLE = (
     "CREATE TABLE IF NOT EXISTS runs (name TEXT NOT NULL, run TEXT NOT NULL, "
@@ -44,3 +44,16 @@ def runs(
         if "no such table" in str(error):
             return []  # no run was ever started in this file
         raise
+
+
+def run_started(db: sqlite3.Connection, name: str, run: str) -> float | None:
+    """When ``run`` of ``name`` was last started, ``None`` if it never was (or is forgotten)."""
+    try:
+        row = db.execute(
+            "SELECT started FROM runs WHERE name = ? AND run = ?", (name, run)
+        ).fetchone()
+    except sqlite3.OperationalError as error:
+        if "no such table" in str(error):
+            return None  # no run was ever started in this file
+        raise
+    return None if row is None else float(row[0])

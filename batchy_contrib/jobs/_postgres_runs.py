@@ -13,7 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._postgres_schema import Names
 
-__all__ = ["note_run", "runs"]
+__all__ = ["note_run", "run_started", "runs"]
 
 _NOTE = """
 WITH pruned AS (DELETE FROM {s}.runs WHERE name = %(name)s AND started < %(old)s)
@@ -23,6 +23,8 @@ ON CONFLICT (name, run) DO UPDATE SET started = excluded.started"""
 _LIST = """
 SELECT run, started FROM {s}.runs WHERE name = %s AND started >= %s
 ORDER BY started DESC, run LIMIT %s"""
+
+_STARTED = "SELECT started FROM {s}.runs WHERE name = %s AND run = %s"
 
 
 async def note_run(
@@ -43,3 +45,13 @@ async def runs(
         cursor = await conn.execute(names.sql(_LIST), (name, now - keep, limit))
         rows = await cursor.fetchall()
     return [(str(run), float(started)) for run, started in rows]
+
+
+async def run_started(
+    pool: AsyncConnectionPool[Any], names: Names, name: str, run: str
+) -> float | None:
+    """When ``run`` of ``name`` was last started, ``None`` if it never was (or is forgotten)."""
+    async with pool.connection() as conn:
+        cursor = await conn.execute(names.sql(_STARTED), (name, run))
+        row = await cursor.fetchone()
+    return None if row is None else float(row[0])

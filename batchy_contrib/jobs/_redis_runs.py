@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-__all__ = ["note_run", "runs"]
+__all__ = ["note_run", "run_started", "runs"]
 
 
 def _key(prefix: str, name: str) -> str:
@@ -37,3 +37,9 @@ async def runs(
         _key(prefix, name), "+inf", now - keep, start=0, num=limit, withscores=True
     )
     return [(r.decode() if isinstance(r, bytes) else str(r), float(t)) for r, t in found]
+
+
+async def run_started(client: aioredis.Redis, prefix: str, name: str, run: str) -> float | None:
+    """When ``run`` of ``name`` was last started, ``None`` if it never was (or is forgotten)."""
+    started = await client.zscore(_key(prefix, name), run)
+    return None if started is None else float(started)

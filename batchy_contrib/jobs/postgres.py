@@ -483,6 +483,9 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
     ) -> list[tuple[str, float]]:
         return await _runs.runs(await self.pool(), self.names, name, now, keep, limit)
 
+    async def run_started(self, name: str, run: str) -> float | None:
+        return await _runs.run_started(await self.pool(), self.names, name, run)
+
     def unreachable(self, error: BaseException) -> bool:
         # A failed connection is the bare OperationalError (its subclasses carry a
         # server's SQLSTATE: a statement failed); a pool that could get none, PoolTimeout.

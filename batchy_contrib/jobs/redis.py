@@ -420,6 +420,9 @@ class RedisBackend(RedisOperating, views.RedisViews):
     ) -> list[tuple[str, float]]:
         return await _runs.runs(self.redis, self.prefix, name, now, keep, limit)
 
+    async def run_started(self, name: str, run: str) -> float | None:
+        return await _runs.run_started(self.redis, self.prefix, name, run)
+
     def unreachable(self, error: BaseException) -> bool:
         # (AuthenticationError is a ConnectionError: a wrong password is an address too.)
         return isinstance(error, (redis.ConnectionError, redis.TimeoutError, OSError))
