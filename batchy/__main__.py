@@ -34,9 +34,16 @@ from typing import TypeVar
 
 from batchy import UsageError
 from batchy.jobs import ConfigError, JobError, Queue, Worker
-from batchy.jobs._cli_app import app_arguments, choose_app, hint
-from batchy.jobs._output import OutputFailed, guarded_stdout, output_failed
-from batchy.jobs.cli import COMMANDS, add_commands
+from batchy.jobs.cli import (
+    COMMANDS,
+    OutputFailed,
+    add_commands,
+    app_arguments,
+    choose_app,
+    guarded_stdout,
+    hint,
+    output_failed,
+)
 
 T = TypeVar("T")
 

@@ -38,7 +38,7 @@ import functools
 import os
 import secrets
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -60,12 +60,11 @@ from ._records import StoredJob
 from ._sqlite_admin import act, list_jobs, read_job, retry_dead, select_dead
 from ._sqlite_app import join_app_transaction, stale_snapshot_noted
 from ._sqlite_counts import TABLE as COUNTS_TABLE
-from ._sqlite_counts import add_counts, read_counts
+from ._sqlite_kept import KeptRecords
 from ._sqlite_lock import Transaction as _Transaction
 from ._sqlite_lock import Waits, check_busy_timeout, read
 from ._sqlite_read import read_info, read_keys, read_status
 from ._sqlite_runs import TABLE as RUNS_TABLE
-from ._sqlite_runs import note_run, run_started, runs
 from ._sqlite_size import (
     check_lengths,
     check_progress,
@@ -92,7 +91,7 @@ __all__ = ["SQLiteBackend"]
 T = TypeVar("T")
 
 
-class SQLiteBackend(Backend):
+class SQLiteBackend(KeptRecords, Backend):
     """Jobs in one SQLite file (``":memory:"`` for one process); several processes may share it.
 
     ::
@@ -409,25 +408,6 @@ class SQLiteBackend(Backend):
             refused, woken = act(self._db, action, ids, _clock.store_now())
         self._wakeups.signal(woken)
         return refused
-
-    async def add_counts(self, counts: Mapping[tuple[int, str], int], now: float) -> None:
-        async with self._tx():
-            add_counts(self._db, counts, now)
-
-    async def read_counts(self, since: int, now: float) -> dict[tuple[int, str], int]:
-        return await self._read(lambda: read_counts(self._db, since))
-
-    async def note_run(self, name: str, run: str, now: float, keep: float) -> None:
-        async with self._tx():
-            note_run(self._db, name, run, now, keep)
-
-    async def runs(
-        self, name: str, now: float, keep: float, limit: int = 50
-    ) -> list[tuple[str, float]]:
-        return await self._read(lambda: runs(self._db, name, now, keep, limit))
-
-    async def run_started(self, name: str, run: str) -> float | None:
-        return await self._read(lambda: run_started(self._db, name, run))
 
     async def close(self) -> None:
         self._wakeups.close()

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import signal
 import socket
@@ -41,13 +40,13 @@ import batchy
 from . import _clock
 from ._activity import Tally
 from ._ahead import Ahead
-from ._errors import ConfigError
 from ._fetch import fetch_order, parse_queues
 from ._goodbye import gave_up, hand_in_last, take_leave
 from ._hooks import JobHook, log
 from ._inflight import InFlight
 from ._leases import Claim, Leases
 from ._model import Claimed, Claims, Outcome, WorkerInfo, new_id
+from ._options import checked_options
 from ._outage import NoAnswer, Outage, ensure_quiet, launch, pause, within
 from ._ticks import Ticks
 from ._wake import StoreWait
@@ -86,27 +85,9 @@ class Worker:
         burst: bool = False,
         prefetch: int = 0,
     ) -> None:
-        if type(concurrency) is not int or concurrency < 1:
-            raise ConfigError(
-                f"Worker concurrency={concurrency!r} must be an int >= 1 (jobs run at once)"
-            )
-        if type(prefetch) is not int or prefetch < 0:
-            raise ConfigError(
-                f"Worker prefetch={prefetch!r} must be an int >= 0 (jobs claimed ahead of a "
-                "free slot; 0, the default, claims only for free slots)"
-            )
-        # The lease first: the default heartbeat is a third of it, so a heartbeat
-        # check on a bad lease named a heartbeat nobody gave ("heartbeat=None").
-        if not (math.isfinite(lease) and lease > 0):
-            raise ConfigError(
-                f"Worker lease={lease!r} must be a finite number of seconds > 0 (how long a "
-                "claimed job stays this worker's without a heartbeat); e.g. lease=30"
-            )
-        if not poll_interval > 0 or shutdown_timeout < 0:
-            raise ConfigError(
-                f"Worker poll_interval={poll_interval!r} must be > 0 and "
-                f"shutdown_timeout={shutdown_timeout!r} >= 0 (seconds)"
-            )
+        heartbeat = checked_options(
+            concurrency, prefetch, lease, heartbeat, poll_interval, shutdown_timeout
+        )
         self.queue = queue
         # By default every declared queue, equally weighted: none starves another.
         declared = sorted({j.queue_name for j in queue.jobs.values()} or {queue.default_queue})
@@ -114,12 +95,7 @@ class Worker:
         self.queue_specs = specs
         self.concurrency = concurrency
         self.lease = lease
-        self.heartbeat = heartbeat if heartbeat is not None else lease / 3
-        if not 0 < self.heartbeat < lease:
-            raise ConfigError(
-                f"Worker heartbeat={heartbeat!r} must be > 0 and shorter than lease={lease!r}, "
-                "or a running job's lease runs out between renewals"
-            )
+        self.heartbeat = heartbeat
         self.poll_interval = poll_interval
         self.shutdown_timeout = shutdown_timeout
         self.hooks = [*queue.hooks, *hooks]

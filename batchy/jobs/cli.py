@@ -25,12 +25,23 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._admin import Admin
-from ._cli_app import app_arguments
+from ._cli_app import app_arguments, choose_app, hint
 from ._errors import ConfigError, JobStateError
+from ._output import OutputFailed, guarded_stdout, output_failed
 from ._queue import Queue
 from ._records import LIST_STATES, JobInfo, JobPage
 
-__all__ = ["COMMANDS", "add_commands"]
+# The entry point (batchy/__main__.py) takes the app and output helpers from here too.
+__all__ = [
+    "COMMANDS",
+    "OutputFailed",
+    "add_commands",
+    "app_arguments",
+    "choose_app",
+    "guarded_stdout",
+    "hint",
+    "output_failed",
+]
 
 
 def add_commands(sub: Any) -> None:

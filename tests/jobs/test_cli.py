@@ -339,24 +339,30 @@ def test_a_store_the_tools_cannot_reach_is_one_line_not_a_traceback(
     assert "Traceback" not in err and "secret" not in err
 
 
-def test_dead_show_finds_the_dead_entry_of_an_id_enqueued_again(cli: Cli) -> None:
-    # `batchy dead show ID` said "job ID is queued, not dead" while the dead set
-    # kept the entry (and its traceback) of the same id: no command showed it.
+def dead_then_live_again(db: Path, dead: list[str]) -> None:
+    """Jobs ``dead`` of type ``bad`` (arg 1) die; the first id is then enqueued again (arg 2)."""
     from batchy.jobs import SQLiteBackend, Worker
 
-    queue = Queue(SQLiteBackend(cli.db))
+    queue = Queue(SQLiteBackend(db))
 
     @queue.job(name="bad", retries=0)
     async def bad(x: int) -> None:
         raise KeyError(x)
 
     async def scenario() -> None:
-        await bad.options(id="bad-1").enqueue(1)
+        for job_id in dead:
+            await bad.options(id=job_id).enqueue(1)
         await Worker(queue, burst=True, poll_interval=0.01).run()
-        await bad.options(id="bad-1").enqueue(2)  # the same id, live again
+        await bad.options(id=dead[0]).enqueue(2)  # the same id, live again
         await queue.close()
 
     asyncio.run(scenario())
+
+
+def test_dead_show_finds_the_dead_entry_of_an_id_enqueued_again(cli: Cli) -> None:
+    # `batchy dead show ID` said "job ID is queued, not dead" while the dead set
+    # kept the entry (and its traceback) of the same id: no command showed it.
+    dead_then_live_again(cli.db, dead=["bad-1"])
     code, out, err = cli("dead", "show", "bad-1")
     assert code == 0
     assert err == (
@@ -691,22 +697,7 @@ def test_every_command_closes_the_store_however_it_ends(
 def test_dead_retry_all_says_which_entries_it_left_dead(cli: Cli) -> None:
     # It said "retried 0 dead job(s)" and no more, while `batchy dead list` still
     # showed the entry (its id is a live job's again, so it stays dead by design).
-    from batchy.jobs import SQLiteBackend, Worker
-
-    queue = Queue(SQLiteBackend(cli.db))
-
-    @queue.job(name="bad", retries=0)
-    async def bad(x: int) -> None:
-        raise KeyError(x)
-
-    async def scenario() -> None:
-        await bad.options(id="bad-1").enqueue(1)
-        await bad.options(id="bad-2").enqueue(1)
-        await Worker(queue, burst=True, poll_interval=0.01).run()
-        await bad.options(id="bad-1").enqueue(2)  # the same id, live again
-        await queue.close()
-
-    asyncio.run(scenario())
+    dead_then_live_again(cli.db, dead=["bad-1", "bad-2"])
     code, out, _ = cli("dead", "retry", "--all")
     assert code == 0
     assert out.splitlines()[1] == (
