@@ -9,6 +9,9 @@
   under the dashboard's secret, and repeated in each form. Another site can make
   a browser send the cookie, but cannot read it to copy the token into a form,
   nor forge a cookie without the secret.
+- Every response carries headers that keep the pages out of other sites' frames
+  (clickjacking: a framed page's buttons clicked through a decoy), allow only the
+  dashboard's own script, and stop browsers from sniffing a type into HTML.
 """
 
 from __future__ import annotations
@@ -23,12 +26,30 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["COOKIE", "Auth", "AuthGate", "Tokens", "safe_next"]
+__all__ = ["COOKIE", "HEADERS", "Auth", "AuthGate", "Headers", "Tokens", "safe_next"]
 
 #: The cookie that holds a browser's signed CSRF token.
 COOKIE = "batchy_dashboard_csrf"
+
+#: The headers of every response. Pages load only the dashboard's own script and
+#: stylesheet; inline style attributes stay allowed (a sharded run's progress bar
+#: is one), inline scripts do not, so text a job put on a page can never run. Only
+#: pages of the same origin may frame it: a page of another site (or of a sibling
+#: subdomain, whose requests carry the SameSite cookie) cannot put the action
+#: buttons under a decoy.
+HEADERS = (
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        b"img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; "
+        b"frame-ancestors 'self'",
+    ),
+    (b"x-frame-options", b"SAMEORIGIN"),  # frame-ancestors, for browsers without CSP 2
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+)
 
 #: The authentication hook: given the request, whether it may proceed (or raise).
 Auth = Callable[[Request], bool | Awaitable[bool]]
@@ -80,6 +101,28 @@ def _short(token: str | None) -> str:
     if not token:
         return "(none)"
     return repr(token[:8] + "…") if len(token) > 8 else repr(token)
+
+
+class Headers:
+    """ASGI middleware: :data:`HEADERS` on every HTTP response, unless the response set its own."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                headers += [(k, v) for k, v in HEADERS if k not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 class AuthGate:

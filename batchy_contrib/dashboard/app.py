@@ -29,7 +29,7 @@ from batchy.jobs import ConfigError, JobNotFound, JobStateError, Queue
 
 from . import _actions, _pages
 from ._dashboard import Dashboard
-from ._security import Auth, AuthGate, Tokens
+from ._security import Auth, AuthGate, Headers, Tokens
 
 __all__ = ["DashboardError", "create_app"]
 
@@ -88,7 +88,11 @@ def create_app(
     static = StaticFiles(packages=[("batchy_contrib.dashboard", "static")])
     app = Starlette(
         routes=[*_pages.ROUTES, *_actions.ROUTES, Mount("/static", static, name="static")],
-        middleware=[Middleware(AuthGate, auth=auth)] if auth is not None else [],
+        # Outermost, so the auth hook's refusals (a 401 page) carry the headers too.
+        middleware=[
+            Middleware(Headers),
+            *([Middleware(AuthGate, auth=auth)] if auth is not None else []),
+        ],
         exception_handlers={
             JobNotFound: _refused(404),
             JobStateError: _refused(409),

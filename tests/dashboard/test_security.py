@@ -220,6 +220,40 @@ async def test_a_redirect_never_leaves_the_site(mem) -> None:
     assert safe_next("/dead?queue=a", "/") == "/dead?queue=a"
 
 
+async def test_every_response_keeps_out_of_other_sites_frames(mem) -> None:
+    # A page with action buttons that another site can frame can have them clicked
+    # through a decoy; a page that runs inline script runs what a job put there.
+    board, seeded = mem
+
+    def refuse(request: Request) -> bool:
+        if request.method != "GET":
+            raise HTTPException(401, "sign in", headers={"WWW-Authenticate": "Basic"})
+        return True
+
+    async with client_of(create_app(board.queue, secret_key=SECRET, auth=refuse)) as c:
+        token = csrf_of((await c.get("/dead")).text)
+        answers = [
+            await c.get("/"),
+            await c.get(f"/jobs/{seeded.dead[0]}"),
+            await c.get("/jobs/no-such-job"),  # an error page
+            await c.get("/static/dashboard.js"),
+            await c.post("/actions/delete", data={"csrf": token}),  # the hook's 401
+        ]
+    async with client_of(create_app(board.queue, secret_key=SECRET)) as c:
+        token = csrf_of((await c.get("/dead")).text)
+        answers.append(
+            await c.post("/actions/retry_dead", data={"csrf": token, "id": seeded.dead[0]})
+        )
+    assert [a.status_code for a in answers] == [200, 200, 404, 200, 401, 303]
+    for answer in answers:
+        policy = answer.headers["content-security-policy"]
+        assert "frame-ancestors 'self'" in policy
+        assert "script-src 'self';" in policy
+        assert answer.headers["x-frame-options"] == "SAMEORIGIN"
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["referrer-policy"] == "same-origin"
+
+
 def test_create_app_says_what_it_needs() -> None:
     queue = Queue(MemoryBackend())
     with pytest.raises(DashboardError) as error:
