@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 import time
 import urllib.parse
 from typing import Any
@@ -51,11 +52,23 @@ def ago(when: float | None, now: float | None = None) -> Markup:
 
 
 def args(values: Any, limit: int = 80) -> str:
-    """Arguments as compact JSON, cut at ``limit`` characters."""
+    """Arguments as compact JSON, cut at ``limit`` characters.
+
+    Encoded a piece at a time and no further than ``limit``: a listing of 50 jobs
+    with 20 MB of arguments each encodes a few kB, not a gigabyte. A value nested
+    deeper than the encoder can go (which the store may hold: it was written from
+    a shallower stack, or by another process) is cut where the encoder stopped.
+    """
+    text = ""
     try:
-        text = json.dumps(values, separators=(",", ":"), default=repr)
-    except (TypeError, ValueError):
-        text = repr(values)
+        for piece in _LISTED.iterencode(values):
+            text += piece
+            if len(text) > limit:
+                break
+    except RecursionError:
+        text += "…"
+    except (TypeError, ValueError):  # a key JSON cannot write, a value that holds itself
+        text = _BOUNDED.repr(values)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -63,14 +76,17 @@ def pretty(value: Any) -> str:
     """A value as JSON, indented when it is long (``repr`` for what JSON cannot say).
 
     Text no page can carry (a lone surrogate: a file name decoded with
-    ``surrogateescape``) is shown as its escape, not a failed page.
+    ``surrogateescape``) is shown as its escape, and a value nested too deep to
+    encode as its outer levels, not a failed page.
     """
     try:
         text = json.dumps(value, default=repr, ensure_ascii=False)
         if len(text) > 60:
             text = json.dumps(value, indent=2, default=repr, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
+    except (TypeError, ValueError, RecursionError):
+        # Nested deeper than the encoder goes (see args), a page shows the value's
+        # outer levels, not a 500: repr would recurse as deep.
+        text = _BOUNDED.repr(value)
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
@@ -93,6 +109,13 @@ def number(value: float | None) -> str:
         return f"{value:,.2f}"
     return f"{int(value):,}"
 
+
+# Listings' arguments, encoded piece by piece (see args).
+_LISTED = json.JSONEncoder(separators=(",", ":"), default=repr)
+# What cannot be JSON: a repr bounded in depth and length, so no value recurses.
+_BOUNDED = reprlib.Repr()
+_BOUNDED.maxlevel, _BOUNDED.maxstring, _BOUNDED.maxother = 20, 500, 500
+_BOUNDED.maxlist = _BOUNDED.maxtuple = _BOUNDED.maxdict = _BOUNDED.maxset = 100
 
 FILTERS = {
     "utc": utc,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+import time
 
 import pytest
 from hypothesis import given
@@ -51,6 +53,24 @@ def test_formats() -> None:
     assert args([1, "x" * 100], limit=10) == '[1,"xxxxx…'
     assert pretty([101]) == "[101]" and pretty({"k": "v" * 70}).startswith("{\n")
     assert number(1234) == "1,234" and number(2.5) == "2.50" and number(math.nan) == "-"
+
+
+def test_hostile_arguments_cost_a_listing_little_and_never_fail_a_page() -> None:
+    # Nested deeper than the encoder goes: a payload the store read back, written
+    # from a shallower stack (a listing of its state was a 500 while it existed).
+    deep: list[object] = []
+    for _ in range(sys.getrecursionlimit() * 2):
+        deep = [deep]
+    assert args(deep, limit=10) == "[[[[[[[[[…"
+    assert pretty(deep).startswith("[[[[[[[[[[") and len(pretty(deep)) < 200
+    # Huge: a listing encodes no more than it shows.
+    huge = [{"blob": "x" * 1000}] * 100_000
+    started = time.perf_counter()
+    assert args(huge) == '[{"blob":"' + "x" * 69 + "…"
+    assert time.perf_counter() - started < 0.1  # the whole of it: about 0.5 s
+    loop: list[object] = [1]
+    loop.append(loop)
+    assert args(loop).startswith("[1, [1, ") and pretty(loop).startswith("[1, [1, ")
 
 
 def test_auth_specs_that_cannot_be_loaded() -> None:
