@@ -39,7 +39,9 @@ def signed_in(request: Request) -> str:
     except (binascii.Error, UnicodeDecodeError):
         user, password = "", ""
     known = OPERATORS.get(user) or VIEWERS.get(user)
-    if scheme.lower() != "basic" or known is None or not hmac.compare_digest(password, known):
+    # Bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a 500).
+    same = hmac.compare_digest(password.encode(), (known or "").encode())
+    if scheme.lower() != "basic" or known is None or not same:
         raise HTTPException(401, "sign in", headers={"WWW-Authenticate": 'Basic realm="jobs"'})
     return user
 

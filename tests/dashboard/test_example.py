@@ -40,6 +40,8 @@ async def test_operators_act_viewers_look_strangers_sign_in(example) -> None:
         assert page.status_code == 401 and page.headers["www-authenticate"].startswith("Basic")
         page = await c.get("/admin/jobs/", headers=basic("bob", "wrong"))
         assert page.status_code == 401
+        page = await c.get("/admin/jobs/", headers=basic("bob", "bücher"))  # non-ASCII
+        assert page.status_code == 401
 
         # A viewer sees everything, but the hook refuses the POST before anything runs.
         page = await c.get("/admin/jobs/dead", headers=basic("bob", "builder"))
