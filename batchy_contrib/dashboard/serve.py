@@ -65,6 +65,14 @@ async def serve(
 ) -> None:
     """Serve ``queue``'s dashboard until interrupted (Ctrl-C, SIGTERM)."""
     app = create_app(queue, read_only=read_only, auth=auth)
+    if unguarded(host, read_only, auth):
+        print(
+            f"warning: the dashboard listens on {host}, beyond this machine, with no --auth: "
+            "anyone who can reach the port can delete, retry and cancel jobs; give --auth "
+            "(or --read-only), or serve it behind a proxy that checks who asks",
+            file=sys.stderr,
+            flush=True,
+        )
     config = uvicorn.Config(
         app, host=host, port=port, root_path=root_path, log_level=log_level, lifespan="off"
     )
@@ -74,3 +82,9 @@ async def serve(
         flush=True,
     )
     await uvicorn.Server(config).serve()
+
+
+def unguarded(host: str, read_only: bool, auth: Any) -> bool:
+    """Whether a dashboard on ``host`` takes actions from anyone beyond this machine."""
+    local = host in ("localhost", "::1") or host.startswith("127.")
+    return not (local or read_only or auth is not None)

@@ -292,3 +292,45 @@ async def test_every_process_with_the_same_secret_accepts_the_token(
         second.cookies.set(COOKIE, cookie)
         page = await second.post("/actions/retry_dead", data={"csrf": token, "id": seeded.dead[0]})
     assert page.status_code == 303
+
+
+@pytest.mark.parametrize(
+    ("host", "read_only", "auth", "warned"),
+    [
+        ("0.0.0.0", False, None, True),
+        ("192.168.1.5", False, None, True),
+        ("::", False, None, True),
+        ("127.0.0.1", False, None, False),
+        ("localhost", False, None, False),
+        ("0.0.0.0", True, None, False),
+        ("0.0.0.0", False, object(), False),
+    ],
+)
+def test_a_dashboard_open_beyond_this_machine_without_auth_is_warned_of(
+    host: str, read_only: bool, auth: object, warned: bool
+) -> None:
+    # `batchy dashboard --host 0.0.0.0` without --auth said nothing, and anyone who
+    # could reach the port could delete, retry and cancel jobs.
+    from batchy_contrib.dashboard.serve import unguarded
+
+    assert unguarded(host, read_only, auth) is warned
+
+
+async def test_serve_prints_the_warning_before_it_listens(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import uvicorn
+
+    from batchy.jobs import MemoryBackend, Queue
+    from batchy_contrib.dashboard.serve import serve
+
+    async def listens(self: object) -> None:
+        return None
+
+    monkeypatch.setattr(uvicorn.Server, "serve", listens)
+    await serve(Queue(MemoryBackend()), host="0.0.0.0", port=8123)
+    err = capsys.readouterr().err
+    assert err.startswith("warning: the dashboard listens on 0.0.0.0, beyond this machine, ")
+    assert "give --auth (or --read-only)" in err
+    await serve(Queue(MemoryBackend()), host="127.0.0.1", port=8123)
+    assert capsys.readouterr().err == ""
