@@ -55,7 +55,7 @@ class ArgumentError(JobError, TypeError):
 
 
 class DelayError(JobError, ValueError):
-    """A delay or run time is not a finite number of seconds >= 0 (or an aware datetime)."""
+    """A delay, run time or wait is not a finite number of seconds >= 0 (or an aware datetime)."""
 
 
 class TextError(JobError, ValueError):

@@ -8,12 +8,14 @@ below the queue and the worker, and neither is imported from here.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _clock
-from ._errors import JobError
+from ._errors import DelayError, JobError
+from ._times import delay_problem
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -61,9 +63,13 @@ class Handle:
         """Wait for the job to finish and return its result (results are kept ``keep_result``).
 
         Raises :class:`DeadJobError` if it died, :class:`ResultNotKept` if the store
-        does not know it, and ``TimeoutError`` after ``timeout`` seconds.
+        does not know it, and ``TimeoutError`` after ``timeout`` seconds (<= 0: read
+        once). The store is read every ``poll`` seconds (finite, > 0); a NaN timeout or
+        such a poll raises :class:`DelayError`.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        _check_wait(self.id, timeout, poll)
+        # Like asyncio.timeout(), a timeout <= 0 reads the job once; infinity is None.
+        deadline = None if timeout is None or timeout == math.inf else time.monotonic() + timeout
         while True:
             status = await self.status()
             if status.state == "done":
@@ -86,7 +92,33 @@ class Handle:
                     f"job {self.id} is still {status.state} after {timeout}s; wait longer, "
                     "or check that a worker runs its queue (`batchy info`)"
                 )
-            await asyncio.sleep(poll)
+            # Never sleep past the deadline: a poll longer than the timeout would.
+            left = poll if deadline is None else deadline - time.monotonic()
+            await asyncio.sleep(max(0.0, min(poll, left)))
+
+
+def _check_wait(job_id: str, timeout: object, poll: object) -> None:
+    """Raise :class:`DelayError` for a ``result()`` wait that would hang or hammer the store.
+
+    NaN compares false with every deadline, so ``timeout=nan`` waited forever; a
+    ``poll`` of 0 or less read the store in a busy loop (tens of thousands of
+    reads a second), and an infinite one never read it again.
+    """
+    if timeout is not None and timeout != math.inf:
+        problem = delay_problem(timeout)
+        if problem is not None and problem != "is negative":
+            raise DelayError(
+                f"job {job_id}: result(timeout={timeout!r}) {problem}; give a number of "
+                "seconds (timeout=10), or None to wait until the job ends"
+            )
+    problem = delay_problem(poll)
+    if problem is None and poll == 0:
+        problem = "is 0"
+    if problem is not None:
+        raise DelayError(
+            f"job {job_id}: result(poll={poll!r}) {problem}; give the seconds between two "
+            "reads of the store, finite and > 0 (the default 0.05 reads it 20 times a second)"
+        )
 
 
 @dataclass(slots=True)

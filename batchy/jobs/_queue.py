@@ -33,6 +33,7 @@ from ._hooks import JobEvent, emit
 from ._job import JobCall, JobType, check_queue_name
 from ._model import DeadJob, Envelope, Info, Message, encode
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
+from ._screen import text_problem
 from ._serializer import JSONSerializer, Serializer
 from ._sharded import SHARD_KEEP, ShardedJob
 from ._sqlite import SQLiteBackend
@@ -319,7 +320,22 @@ class Queue:
             emit(self.hooks, "job_enqueued", event)
 
     def handle(self, job_id: str) -> Handle:
-        """A handle for a job enqueued earlier (e.g. by another process)."""
+        """A handle for a job enqueued earlier (e.g. by another process).
+
+        Raises :class:`TextError` for an id no store can keep (not a str, a NUL
+        character, a lone surrogate): no job has it, and reading it failed with each
+        store's own error (psycopg's DataError, a UnicodeEncodeError) or said unknown.
+        """
+        problem = (
+            f"is a {type(job_id).__name__}, not a str"
+            if not isinstance(job_id, str)
+            else text_problem(job_id)
+        )
+        if problem is not None:
+            raise TextError(
+                f"queue.handle({job_id!r}): the job id {problem}, so no store holds a job "
+                "with it; pass the id that enqueue's handle had (handle.id)"
+            )
         return Handle(self, job_id, "")
 
     def check_runnable(self, who: str) -> None:

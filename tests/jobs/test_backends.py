@@ -923,3 +923,39 @@ async def test_a_retry_by_filter_skips_a_dead_entry_whose_id_is_live_again(
     assert sorted(ran[2:]) == [2, 10]
     assert await queue.admin.delete_dead(queue="default") == 1
     assert await queue.dead_jobs() == []
+
+
+async def test_result_refuses_a_wait_that_would_hang_or_hammer_the_store(queue: Queue) -> None:
+    # timeout=nan compared false with its deadline and waited forever; poll=0 read
+    # the store in a busy loop, and poll=inf never read it again.
+    @queue.job
+    async def later() -> None:
+        return None
+
+    handle = await later.enqueue()
+    for timeout in (float("nan"), "10"):
+        with pytest.raises(DelayError, match=rf"job {handle.id}: result\(timeout=.*give a number"):
+            await asyncio.wait_for(handle.result(timeout=timeout), 2)  # type: ignore[arg-type]
+    for poll, problem in ((0, "is 0"), (-1, "is negative"), (float("inf"), "is not finite")):
+        with pytest.raises(DelayError, match=rf"result\(poll={poll!r}\) {problem}; give the sec"):
+            await asyncio.wait_for(handle.result(timeout=0.1, poll=poll), 2)
+    # A timeout <= 0 reads the job once, as asyncio's; a long poll ends at the timeout.
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="still queued after -1s"):
+        await handle.result(timeout=-1)
+    with pytest.raises(TimeoutError, match=r"still queued after 0\.1s"):
+        await handle.result(timeout=0.1, poll=30)
+    assert time.monotonic() - started < 5
+
+
+async def test_a_handle_for_an_id_no_store_can_hold_is_refused_alike(queue: Queue) -> None:
+    # PostgreSQL raised psycopg's DataError for a NUL, three stores a
+    # UnicodeEncodeError for a lone surrogate, and memory said "unknown".
+    for job_id, problem in (
+        ("a\x00b", r"holds a NUL character"),
+        ("x\udcff", r"holds a lone surrogate"),
+        (42, r"is a int, not a str"),
+    ):
+        with pytest.raises(TextError, match=rf"queue\.handle\(.*\): the job id {problem}"):
+            await queue.handle(job_id).status()  # type: ignore[arg-type]
+    assert (await queue.handle("never-enqueued").status()).state == "unknown"
