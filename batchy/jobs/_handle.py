@@ -63,9 +63,9 @@ class Handle:
         """Wait for the job to finish and return its result (results are kept ``keep_result``).
 
         Raises :class:`DeadJobError` if it died, :class:`ResultNotKept` if the store
-        does not know it, and ``TimeoutError`` after ``timeout`` seconds (<= 0: read
-        once). The store is read every ``poll`` seconds (finite, > 0); a NaN timeout or
-        such a poll raises :class:`DelayError`.
+        does not know it or its result could not be kept, and ``TimeoutError`` after
+        ``timeout`` seconds (<= 0: read once). The store is read every ``poll``
+        seconds (finite, > 0); a NaN timeout or such a poll raises :class:`DelayError`.
         """
         _check_wait(self.id, timeout, poll)
         # Like asyncio.timeout(), a timeout <= 0 reads the job once; infinity is None.
@@ -73,8 +73,12 @@ class Handle:
         while True:
             status = await self.status()
             if status.state == "done":
-                if status.result is None:
-                    return None
+                if status.result is None:  # (a None result is kept as "null")
+                    raise ResultNotKept(
+                        f"job {self.id} finished, but its result could not be kept (it did "
+                        "not serialize, or was too long for the store; the worker logged "
+                        "which): return plain JSON values, a reference to large data"
+                    )
                 return self.queue.serializer.loads(status.result)
             if status.state == "dead":
                 raise DeadJobError(

@@ -240,8 +240,8 @@ def _done(
             kept = "null" if none else queue.serializer.dumps(result)
         except (TypeError, ValueError) as error:
             log.warning(
-                "job %s %s returned %r, which %s cannot serialize (%s); its result is "
-                "kept as null: return plain JSON values to keep results",
+                "job %s %s returned %r, which %s cannot serialize (%s); its result is not "
+                "kept (result() raises ResultNotKept): return plain JSON values to keep it",
                 message.id,
                 job.name,
                 result,

@@ -53,7 +53,7 @@ def _screen(o: Outcome) -> Outcome:
         problem = None if result is None else text_problem(result)
         if problem is not None:
             log.warning(
-                "job %s: its result %r %s; it is kept as null", o.id, str(result)[:200], problem
+                "job %s: its result %r %s; it is not kept", o.id, str(result)[:200], problem
             )
             return replace(o, result=None)
     elif o.kind == "dead":

@@ -119,7 +119,7 @@ def fit_result(limit: int, job_id: str, result: str | None, *beside: str | None)
         return result
     log.warning(
         "job %s: its result is %s bytes, and SQLite stores at most %s bytes in a row "
-        "(beside the job's payload); it is kept as null (return a reference to large "
+        "(beside the job's payload); it is not kept (return a reference to large "
         "data, not the data)",
         job_id,
         f"{size:,}",

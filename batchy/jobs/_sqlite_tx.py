@@ -280,7 +280,7 @@ def finish_done(
 ) -> list[tuple[str, str | None]]:
     """Remove the jobs of the ``done`` outcomes whose token holds, keeping each result
     with what the job was (queue, key, payload); the ``(id, ordering key)`` of each.
-    A result that does not fit in a row beside them (``limit``) is kept as null."""
+    A result that does not fit in a row beside them (``limit``) is not kept."""
     done = [(o.id, o.token) for o in given if o.kind == "done"]
     was: dict[str, tuple[str, str | None, str]] = {}
     for chunk in chunks(done):

@@ -380,7 +380,7 @@ class RedisOperating:
         if kind == "done":
             _, _, result, expires, queue, key, payload = row
             return StoredJob(
-                job_id, queue, "done", payload, key or None, result=result,
+                job_id, queue, "done", payload, key or None, result=result or None,
                 expires=float(expires) + shift,
             )  # fmt: skip
         _, _, queue, state, payload, key, due, worker, lease = row

@@ -235,7 +235,7 @@ class RedisBackend(RedisOperating, views.RedisViews):
             if kind == "done":
                 keep = int(o.keep * 1000)
                 if keep > 0:
-                    result = o.result if o.result is not None else "null"
+                    result = o.result if o.result is not None else ""  # not kept: no JSON
                     args += ("kept", o.id, o.token, result, keep)
                 else:
                     args += ("done", o.id, o.token)
@@ -373,7 +373,7 @@ class RedisBackend(RedisOperating, views.RedisViews):
         if state == "dead":
             return JobStatus(job_id, "dead", reason=json.loads(found[1])["reason"])
         if state == "done":
-            return JobStatus(job_id, "done", result=found[1])
+            return JobStatus(job_id, "done", result=found[1] or None)
         return JobStatus(job_id, state)
 
     async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:

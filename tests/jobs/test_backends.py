@@ -23,6 +23,7 @@ from batchy.jobs import (
     NoRetry,
     Outcome,
     Queue,
+    ResultNotKept,
     Retry,
     SerializationError,
     TextError,
@@ -959,3 +960,24 @@ async def test_a_handle_for_an_id_no_store_can_hold_is_refused_alike(queue: Queu
         with pytest.raises(TextError, match=rf"queue\.handle\(.*\): the job id {problem}"):
             await queue.handle(job_id).status()  # type: ignore[arg-type]
     assert (await queue.handle("never-enqueued").status()).state == "unknown"
+
+
+async def test_a_result_that_could_not_be_kept_is_not_taken_for_none(queue: Queue) -> None:
+    # result() returned None for a result the worker could not keep (it did not
+    # serialize), just as for a handler that returned None: only the worker's log
+    # told them apart. Redis even stored the first as "null".
+    @queue.job(name="returns", keep_result=60)
+    async def returns(kind: str) -> object:
+        return object() if kind == "object" else None
+
+    unkept, none = await returns.enqueue("object"), await returns.enqueue("none")
+    assert await drain(queue) == 2
+    assert await none.result(timeout=5) is None
+    assert (await unkept.status()).state == "done"
+    with pytest.raises(ResultNotKept) as caught:
+        await unkept.result(timeout=5)
+    assert str(caught.value) == (
+        f"job {unkept.id} finished, but its result could not be kept (it did not serialize, "
+        "or was too long for the store; the worker logged which): return plain JSON values, "
+        "a reference to large data"
+    )

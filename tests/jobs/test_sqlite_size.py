@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from batchy.jobs import Envelope, Outcome, Queue, SerializationError, SQLiteBackend, Worker
+from batchy.jobs import (
+    Envelope,
+    Outcome,
+    Queue,
+    ResultNotKept,
+    SerializationError,
+    SQLiteBackend,
+    Worker,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -34,7 +42,8 @@ async def test_a_result_too_long_is_not_kept_and_the_other_outcomes_land(tmp_pat
     small = [await echo.enqueue(3) for _ in range(3)]
     await Worker(queue, burst=True, concurrency=4, poll_interval=0.05).run()
     assert (await big.status()).state == "done"
-    assert await big.result() is None
+    with pytest.raises(ResultNotKept, match="finished, but its result could not be kept"):
+        await big.result()
     assert [await h.result() for h in small] == ["xxx"] * 3
     await queue.close()
 
@@ -133,7 +142,9 @@ async def test_values_that_fit_alone_but_not_in_one_row_fail_only_their_job(
     kept, died = await echo.enqueue(pad, False), await echo.enqueue(pad, True)
     small = [await echo.enqueue("", False) for _ in range(3)]
     await Worker(queue, burst=True, concurrency=4, poll_interval=0.05).run()
-    assert (await kept.status()).state == "done" and await kept.result() is None
+    assert (await kept.status()).state == "done"
+    with pytest.raises(ResultNotKept):
+        await kept.result()
     assert [await h.result() for h in small] == ["r" * (LIMIT // 2)] * 3
     (dead,) = await queue.backend.dead_jobs()
     assert dead.id == died.id and pad in dead.payload and dead.reason.startswith(f"job {died.id}")
