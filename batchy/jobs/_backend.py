@@ -90,7 +90,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -106,6 +105,7 @@ from ._records import (
     merge_pages,
     narrowed_by,
 )
+from ._redact import password_of, redact
 from ._screen import check_envelopes, screen_outcomes
 
 __all__ = ["COUNTS_KEPT", "DEAD_MAX", "DEAD_MAX_AGE", "Backend"]
@@ -399,22 +399,7 @@ class Backend(abc.ABC):
             held.setdefault(worker, []).append(job_id)
         return tuple(replace(w, running=tuple(sorted(held.get(w.id, ())))) for w in workers)
 
-    @staticmethod
-    def redact(location: str) -> str:
-        """``location`` (a URL or a libpq ``key=value`` string) with any password masked."""
-        if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", location):  # a URL opens with its scheme
-            # The raw text, not urlsplit's parts: a password may hold ? or # (urlsplit ends there).
-            scheme, _, rest = location.partition("://")
-            first = rest.find("@")
-            if first >= 0:
-                slash = rest.find("/", first)
-                at = rest.rfind("@", 0, slash if slash >= 0 else len(rest))
-                user, colon, _ = rest[:at].partition(":")
-                if colon:
-                    rest = f"{user}:***{rest[at:]}"
-            rest = re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", rest)
-            return f"{scheme}://{rest}"
-        # A value is quoted, or runs to a blank that no backslash escapes (libpq's rule).
-        return re.sub(
-            r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:\\.|[^\s\\])+)", r"\1***", location
-        )
+    #: ``location`` (a URL or a libpq ``key=value`` string) with any password masked.
+    redact = staticmethod(redact)
+    #: The password in a location's user info (``user:password@host``), scheme or not.
+    password_of = staticmethod(password_of)

@@ -33,16 +33,8 @@ def shown(location: str) -> str:
 def _masked(text: str, location: str) -> str:
     """``text`` (a driver's reason, which may quote any part of ``location``) without the
     password ``location`` holds in its user info, whether or not it has a scheme."""
-    rest = location.partition("://")[2] or location
-    first = rest.find("@")
-    if first >= 0:  # the password runs to the last @ before the path, as Backend.redact reads
-        slash = rest.find("/", first)
-        _, colon, password = rest[: rest.rfind("@", 0, slash if slash >= 0 else None)].partition(
-            ":"
-        )
-        if colon and password:
-            text = text.replace(password, "***")
-    return text
+    password = Backend.password_of(location)
+    return text if password is None else text.replace(password, "***")
 
 
 def redis_client(url: str | aioredis.Redis) -> aioredis.Redis:
