@@ -120,3 +120,11 @@ __all__ = [
     "parse_queues",
     "sidekiq_backoff",
 ]
+
+# Tracebacks and reprs show the public path to import and catch (batchy.jobs.ConfigError),
+# not the private module that defines the class.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) and issubclass(_obj, BaseException):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -88,23 +88,3 @@ class JobNotFound(JobError, LookupError):
 
 class JobStateError(JobError):
     """An operator's action does not apply to a job in its current state (nothing changed)."""
-
-
-# Tracebacks and reprs show the public path (batchy.jobs.ConfigError), the one to import and
-# catch, not this private module.
-for _cls in (
-    JobError,
-    JobDefinitionError,
-    SerializationError,
-    ArgumentError,
-    DelayError,
-    TextError,
-    UnknownJobError,
-    PayloadError,
-    JobTimeout,
-    LeaseLost,
-    ConfigError,
-    JobNotFound,
-    JobStateError,
-):
-    _cls.__module__ = "batchy.jobs"

@@ -139,8 +139,3 @@ class Running:
     worker: str
     lease: float
     token: str = ""
-
-
-# Tracebacks show the public path to import and catch, not this private module.
-for _cls in (DeadJobError, ResultNotKept):
-    _cls.__module__ = "batchy.jobs"

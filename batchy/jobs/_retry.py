@@ -60,8 +60,3 @@ class NoRetry(JobError):
 
     Its message is the dead job's reason; chain the cause with ``raise ... from``.
     """
-
-
-# Tracebacks show the public path to import and catch, not this private module.
-for _cls in (Retry, NoRetry):
-    _cls.__module__ = "batchy.jobs"
