@@ -388,18 +388,20 @@ class SQLDatabase(abc.ABC):
 
     def _kinds(self, keys: list[Any]) -> list[list[int]] | None:
         """The keys' positions grouped by :meth:`_key_kind`, or None if they are of one kind."""
-        kind = self._key_kind
         # A key's kind follows its type: one key of each type tells (a batch of
         # 10,000 keys costs a dict comprehension, not 10,000 calls of _key_kind).
         typed = {type(k): k for k in keys}
         typed.pop(type(None), None)
-        if len(typed) <= 1 or len({kind(k) for k in typed.values()}) == 1:
+        kinds = {t: self._key_kind(k) for t, k in typed.items()}
+        if len(set(kinds.values())) <= 1:
             return None  # the usual batch: one kind, one statement
         groups: dict[object, list[int]] = {}
+        nulls: list[int] = []
         for i, k in enumerate(keys):
-            if k is not None:  # NULL matches nothing, whatever its neighbours
-                groups.setdefault(kind(k), []).append(i)
-        nulls = [i for i, k in enumerate(keys) if k is None]
+            if k is None:  # NULL matches nothing, whatever its neighbours
+                nulls.append(i)
+            else:
+                groups.setdefault(kinds[type(k)], []).append(i)
         if nulls:
             next(iter(groups.values())).extend(nulls)
         return list(groups.values())
