@@ -152,14 +152,12 @@ class ReadThrough(batchy.Loader[K, V]):
         """Run a blocking client call on a thread: ("ok", result), ("failed" | "skipped", None)."""
         if time.monotonic() < self._down_until:
             return "skipped", None
-
-        def call() -> Any:
-            return call_alone(self.client, fn, *args)
-
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.timeout):
-                return "ok", await loop.run_in_executor(_executor(), call)
+                return "ok", await loop.run_in_executor(
+                    _executor(), call_alone, self.client, fn, *args
+                )
         except Exception as error:
             self.stats.errors += 1
             reason = "timed out" if isinstance(error, TimeoutError) else repr(error)
