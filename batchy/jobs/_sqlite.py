@@ -204,8 +204,9 @@ class SQLiteBackend(KeptRecords, Backend):
         async with self._tx() as tx:
             now = tx.began
             if outcomes:
-                screened = screen_lengths(self.screen_outcomes(outcomes), length_limit(db))
-                claimed.refused += self._apply(screened, sent, now)
+                size = length_limit(db)
+                screened = screen_lengths(self.screen_outcomes(outcomes), size)
+                claimed.refused += self._apply(screened, sent, now, size)
             # A lease in the past means its worker died or stalled: give the job
             # back, once; its token goes with it, so that worker's word is void.
             db.execute(
@@ -252,10 +253,10 @@ class SQLiteBackend(KeptRecords, Backend):
     async def wait_for_work(self, worker: str, queues: Sequence[str], timeout: float) -> None:
         await self._wakeups.wait_for_work(queues, timeout)
 
-    def _apply(self, given: Sequence[Outcome], sent: float, now: float) -> list[str]:
-        """Apply the outcomes whose token holds (in the caller's transaction); the refused ids."""
+    def _apply(self, given: Sequence[Outcome], sent: float, now: float, limit: int) -> list[str]:
+        """Apply the outcomes whose token holds (in the caller's transaction), fitting
+        them in rows of at most ``limit`` bytes (:mod:`._sqlite_size`); the refused ids."""
         db = self._db
-        limit = length_limit(db)
         applied: set[str] = set()
         left: list[str | None] = []  # the ordering keys of the rows that left
         for job_id, key in finish_done(db, given, now, limit):

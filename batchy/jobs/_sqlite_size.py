@@ -97,8 +97,10 @@ def screen_lengths(outcomes: Sequence[Outcome], limit: int) -> list[Outcome]:
 
 
 def _screen(o: Outcome, limit: int) -> Outcome:
-    if o.kind in ("retry", "dead") and _over(o.payload, limit, o.id, o.queue):
-        size = _over(o.payload, limit, o.id, o.queue)
+    if o.kind not in ("retry", "dead"):
+        return o
+    size = _over(o.payload, limit, o.id, o.queue)
+    if size:
         reason = (
             f"job {o.id}: its payload with the failure noted came to {size:,} bytes, and "
             f"SQLite stores at most {limit:,} bytes in a row; dead instead of "
