@@ -59,11 +59,6 @@ class Waits:
         self._written = 0  # ... numbered
         self._last_file: str | None = None  # the latest, which the next one replaces
 
-    @property
-    def since(self) -> float | None:
-        """The store's time of the first failed try of the wait, if one is on."""
-        return self.pieces[0][0] if self.pieces else None
-
     def failed(self, db: sqlite3.Connection) -> None:
         """A try found the file held (db outside any transaction)."""
         now = _clock.store_now()

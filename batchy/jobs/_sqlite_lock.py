@@ -26,16 +26,9 @@ from typing import TypeVar
 
 from . import _clock
 from ._errors import ConfigError
-from ._sqlite_held import HOLD_GRACE, Waits
+from ._sqlite_held import Waits
 
-__all__ = [
-    "HOLD_GRACE",
-    "MAX_BUSY_TIMEOUT",
-    "Transaction",
-    "Waits",
-    "check_busy_timeout",
-    "read",
-]
+__all__ = ["MAX_BUSY_TIMEOUT", "Transaction", "Waits", "check_busy_timeout", "read"]
 
 T = TypeVar("T")
 
