@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import numbers
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -109,8 +110,11 @@ def _check_wait(job_id: str, timeout: object, poll: object) -> None:
     reads a second), and an infinite one never read it again.
     """
     if timeout is not None and timeout != math.inf:
-        problem = delay_problem(timeout)
-        if problem is not None and problem != "is negative":
+        # A negative timeout reads the job once, as asyncio.timeout() does: its size is
+        # what must be a number of seconds.
+        size = -timeout if isinstance(timeout, numbers.Real) and timeout < 0 else timeout
+        problem = delay_problem(size)
+        if problem is not None:
             raise DelayError(
                 f"job {job_id}: result(timeout={timeout!r}) {problem}; give a number of "
                 "seconds (timeout=10), or None to wait until the job ends"
