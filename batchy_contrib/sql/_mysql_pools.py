@@ -1,9 +1,12 @@
-"""aiomysql pools for :mod:`batchy_contrib.sql.mysql`: options from a URL, closing with the loop.
+"""aiomysql pools for :mod:`batchy_contrib.sql.mysql`: options from a URL, opening in bounded time,
+closing with the loop.
 
-:func:`close_pool` closes a pool in its own loop as that loop shuts down
+:func:`open_pool` makes a pool whose first connections must be made within
+``connect_timeout``, the server's greeting included. :func:`close_pool`
+closes a pool in its own loop as that loop shuts down
 (:class:`._sql_loops.PerLoop` calls it). :func:`abandon_pool` is for a pool
 whose loop was closed without that step: nothing may go through a closed loop,
-so it closes the sockets directly. Both must leave nothing that warns
+so it closes the sockets directly. Those two must leave nothing that warns
 ("Unclosed connection", "unclosed transport") when collected.
 """
 
@@ -14,11 +17,15 @@ import contextlib
 from typing import Any
 from urllib.parse import unquote
 
+import aiomysql
+import pymysql
+from pymysql.constants import CR
+
 from batchy import UsageError
 
 from ._errors import shown_url, url_parts
 
-__all__ = ["abandon_pool", "acquire", "close_pool", "url_options"]
+__all__ = ["abandon_pool", "acquire", "close_pool", "open_pool", "url_options"]
 
 #: Seconds a shutting-down loop waits for its pool's connections to come back.
 CLOSE_WAIT = 5.0
@@ -81,6 +88,29 @@ def url_options(
     if parts.path.strip("/"):
         options["db"] = parts.path.strip("/")
     return f"{host}:{port}", options
+
+
+async def open_pool(options: dict[str, Any]) -> Any:
+    """A new aiomysql pool, its ``minsize`` first connections made within ``connect_timeout``.
+
+    Why the time limit is ours: aiomysql's ``connect_timeout`` bounds only the
+    TCP connect, not the wait for the server's greeting that follows. A server
+    that accepts connections and says nothing (overloaded, a proxy whose
+    backend is gone) held the opening forever, and every call of a loop waits
+    on its one opening. Cancelled mid-greeting, aiomysql closes the half-open
+    connection itself. The error is aiomysql's own for a server it cannot
+    reach, so the loaders tell it as one.
+    """
+    seconds = options.get("connect_timeout")
+    try:
+        async with asyncio.timeout(seconds):
+            return await aiomysql.create_pool(**options)
+    except TimeoutError as error:
+        raise pymysql.err.OperationalError(
+            CR.CR_CONN_HOST_ERROR,
+            f"Can't connect to MySQL server on {options.get('host')!r}: no greeting within "
+            f"{seconds} s (connect_timeout)",
+        ) from error
 
 
 async def close_pool(pool: Any) -> None:

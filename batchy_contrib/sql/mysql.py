@@ -57,7 +57,7 @@ from ._core import Dialect, KeysRejected, Row, SQLDatabase, identifier
 from ._errors import CONTAINERS, Kind, refusal
 from ._loops import EventLoopError, PerLoop, foreign_loop, running_loop
 from ._match import KeyTypeWarning, Match
-from ._mysql_pools import abandon_pool, acquire, close_pool, url_options
+from ._mysql_pools import abandon_pool, acquire, close_pool, open_pool, url_options
 
 __all__ = [
     "ConnectionLostError",
@@ -211,15 +211,17 @@ class Database(SQLDatabase):
         first call in that loop and closed when the loop shuts down: the one
         loop of an ASGI server, each ``batchy.run`` of a Flask view, a test's.
         Nothing connects here, so a server that is down fails the first loader
-        call (and the next call tries again).
+        call (and the next call tries again). So does one that accepts
+        connections and never answers: ``connect_timeout`` (``timeout``'s by
+        default, or 60 s) bounds the opening, the server's greeting included.
         """
         host, options = url_options("mysql.Database.from_url()", url, minsize, maxsize, timeout)
         options.update(pool_options)
 
-        async def open_pool() -> Any:
-            return await aiomysql.create_pool(**options)
+        async def open_here() -> Any:
+            return await open_pool(options)
 
-        pools = PerLoop(f"the MySQL database at {host}", open_pool, close_pool, abandon_pool)
+        pools = PerLoop(f"the MySQL database at {host}", open_here, close_pool, abandon_pool)
         return cls(pools, host=host, timeout=timeout)
 
     def __repr__(self) -> str:
@@ -566,7 +568,9 @@ async def connect(
     """A :class:`Database` over a new aiomysql pool for ``mysql://user:password@host:port/db``.
 
     The pool uses ``autocommit=True``; ``pool_options`` go to
-    :func:`aiomysql.create_pool`. With ``minsize=0`` no connection is opened
+    :func:`aiomysql.create_pool`; ``connect_timeout`` (``timeout``'s by
+    default, or 60 s) bounds making the ``minsize`` first connections, the
+    server's greeting included. With ``minsize=0`` no connection is opened
     until the first query, so a server that is down fails the first loader
     call instead of this one. The pool belongs to the running event loop: a
     call from any other loop fails with :class:`EventLoopError`. For a
@@ -576,7 +580,7 @@ async def connect(
     host, options = url_options("mysql.connect()", url, minsize, maxsize, timeout)
     options.update(pool_options)
     try:
-        pool = await aiomysql.create_pool(**options)
+        pool = await open_pool(options)
     except (pymysql.err.MySQLError, OSError) as error:
         error.add_note(f"batchy_contrib.sql.mysql.connect() could not reach {host}")
         raise

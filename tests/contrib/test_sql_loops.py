@@ -200,6 +200,118 @@ async def test_a_server_that_is_down_fails_each_call_and_the_next_one_retries(
         assert open_pools(db) == 0  # nothing kept: the next call connects again
 
 
+async def silent_server() -> tuple[asyncio.Server, list[asyncio.StreamWriter]]:
+    """A server that accepts connections and never says a word, and the connections it took."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def stay_silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    return await asyncio.start_server(stay_silent, "127.0.0.1", 0), accepted
+
+
+async def close_server(server: asyncio.Server, accepted: list[asyncio.StreamWriter]) -> None:
+    server.close()
+    for writer in accepted:
+        writer.close()
+    await server.wait_closed()
+
+
+def others() -> list[asyncio.Task[Any]]:
+    """The running loop's tasks but the current one (a pool's opening left pending)."""
+    return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+
+@pytest.mark.parametrize(
+    ("store", "url", "connect_timeout", "reason"),
+    [
+        (
+            "mysql",
+            "mysql://root@127.0.0.1:{port}/test",
+            0.3,
+            "MySQL at 127.0.0.1:{port} (OperationalError: (2003, \"Can't connect to MySQL "
+            "server on '127.0.0.1': no greeting within 0.3 s (connect_timeout)\"))",
+        ),
+        (
+            "postgres",
+            "postgresql://postgres@127.0.0.1:{port}/test",
+            2,  # libpq's least
+            "PostgreSQL at 127.0.0.1:{port} (ConnectionTimeout: connection timeout expired)",
+        ),
+    ],
+)
+async def test_a_server_that_never_greets_fails_each_call_and_the_next_one_retries(
+    store: str, url: str, connect_timeout: float, reason: str
+) -> None:
+    # aiomysql's connect_timeout bounds the TCP connect only: the opening of the
+    # loop's pool waited for the greeting for the loop's whole life, and every
+    # later call of the loop waited on that same opening (never connecting again).
+    server, accepted = await silent_server()
+    port = server.sockets[0].getsockname()[1]
+    module: Any = mysql if store == "mysql" else postgres
+    db = module.Database.from_url(url.format(port=port), timeout=5, connect_timeout=connect_timeout)
+    users = db.one("users")
+    with quiet() as problems:
+        for attempt in (1, 2):
+            started = time.monotonic()
+            with pytest.raises(mysql.ConnectionLostError) as info:
+                async with batchy.scope():
+                    await users(1)
+            assert time.monotonic() - started < connect_timeout + 1  # not timeout=5
+            assert str(info.value) == (
+                f"loader 'users_by_id' cannot reach {reason.format(port=port)} while loading "
+                "keys [1]. Check that the server is running and reachable; the next call "
+                "reconnects."
+            )
+            assert len(accepted) == attempt  # each call connected anew
+            assert open_pools(db) == 0 and others() == []  # no opening left pending
+        await close_server(server, accepted)
+    assert problems == []
+
+
+async def test_a_call_that_times_out_while_its_pool_opens_leaves_no_opening_behind() -> None:
+    # timeout= is shorter than the silent server's wait: the call fails at its own
+    # time limit, and the opening it started ends too (connect_timeout follows
+    # timeout=), so the next call connects again instead of joining it.
+    server, accepted = await silent_server()
+    port = server.sockets[0].getsockname()[1]
+    db = mysql.Database.from_url(f"mysql://root@127.0.0.1:{port}/test", timeout=0.3)
+    users = db.one("users")
+    with quiet() as problems:
+        for attempt in (1, 2):
+            with pytest.raises(mysql.QueryInterruptedError):
+                async with batchy.scope():
+                    await users(1)
+            await asyncio.sleep(0.3)  # the opening's own time limit, the same 0.3 s
+            assert len(accepted) == attempt
+            assert open_pools(db) == 0 and others() == []
+        await close_server(server, accepted)
+    assert problems == []
+
+
+def test_a_server_that_never_greets_fails_each_request_of_sync_code(
+    blackhole_port: int,
+) -> None:
+    # batchy.run per request: each run's pool opening is bounded by connect_timeout,
+    # not only by the loader's timeout= (asyncio.run then cancels what is left).
+    db = mysql.Database.from_url(
+        f"mysql://root@127.0.0.1:{blackhole_port}/test", timeout=5, connect_timeout=0.3
+    )
+    users = db.one("users")
+
+    @batchy.task
+    async def view() -> Any:
+        return await users(1)
+
+    with quiet() as problems:
+        for _ in range(2):
+            started = time.monotonic()
+            with pytest.raises(mysql.ConnectionLostError, match=r"no greeting within 0\.3 s"):
+                batchy.run(view())
+            assert time.monotonic() - started < 2
+    assert problems == [] and open_pools(db) == 0
+
+
 async def test_a_batch_opening_a_connection_survives_a_garbage_collection(
     mysql_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
