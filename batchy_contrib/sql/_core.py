@@ -80,6 +80,9 @@ class SQLDatabase(abc.ABC):
     killed_hint: str = "retry the keys."
     #: The end of the message of a statement that outran ``timeout``.
     timeout_hint: str = "raise timeout= if the query is slow."
+    #: The end of the message of a ``timeout`` that expired before a connection came
+    #: (see :data:`CONNECTING`): nothing was sent.
+    connect_hint: str = "Check that the database accepts connections, or raise timeout=."
     #: The end of the message of a key the driver could not encode.
     encode_hint: str = (
         "Pass a value the driver can encode: text without lone surrogates, finite numbers, "

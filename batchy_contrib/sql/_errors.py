@@ -31,6 +31,7 @@ __all__ = [
     "KeysRejected",
     "bad_key",
     "failed",
+    "pool_wait_hint",
     "refusal",
     "timed_out",
     "unencodable_key",
@@ -47,6 +48,7 @@ class _Store(Protocol):
     timeout: float | None
     killed_hint: str
     timeout_hint: str
+    connect_hint: str
     encode_hint: str
 
 
@@ -150,10 +152,7 @@ def timed_out(
     if connecting:  # nothing was sent: no statement to blame
         text = (
             f"loader {name!r} got no connection to {db.kind} at {db.host} within "
-            f"{db.timeout} s while loading keys {short_repr(keys)}: the pool had none free "
-            "and none could be made in time (every one busy, or the server slow to accept "
-            "or not answering). Check that the server accepts connections, raise the "
-            "pool's max_size if its connections are all busy, or raise timeout=."
+            f"{db.timeout} s while loading keys {short_repr(keys)}: {db.connect_hint}"
         )
     else:
         text = (
@@ -161,6 +160,16 @@ def timed_out(
             f"while loading keys {short_repr(keys)}; {db.timeout_hint}"
         )
     return QueryInterruptedError(text, loader=name, keys=keys, host=db.host)
+
+
+def pool_wait_hint(size: str) -> str:
+    """The end of the message of a timeout before a pool gave a connection; ``size`` is the
+    pool's option for its number of connections (``max_size``, ``maxsize``)."""
+    return (
+        "the pool had none free and none could be made in time (every one busy, or the "
+        "server slow to accept or not answering). Check that the server accepts connections, "
+        f"raise the pool's {size} if its connections are all busy, or raise timeout=."
+    )
 
 
 def failed(

@@ -53,8 +53,8 @@ from ..errors import (
     QueryInterruptedError,
     QueryRejectedError,
 )
-from ._core import Dialect, KeysRejected, Row, SQLDatabase, identifier
-from ._errors import CONTAINERS, Kind, refusal
+from ._core import CONNECTING, Dialect, KeysRejected, Row, SQLDatabase, identifier
+from ._errors import CONTAINERS, Kind, pool_wait_hint, refusal
 from ._loops import EventLoopError, PerLoop, foreign_loop, running_loop
 from ._match import KeyTypeWarning, Match
 from ._mysql_pools import abandon_pool, acquire, close_pool, open_pool, url_options
@@ -179,6 +179,7 @@ class Database(SQLDatabase):
     timeout_hint = (
         "the connection was discarded. Check the server, or raise timeout= if the query is slow."
     )
+    connect_hint = pool_wait_hint("maxsize")
 
     def __init__(self, pool: Any, *, host: str | None = None, timeout: float | None = 10.0) -> None:
         # from_url passes its PerLoop; anything else is one aiomysql pool.
@@ -307,8 +308,10 @@ class Database(SQLDatabase):
     ) -> list[Row]:
         """Run one statement; ``fields`` (if given) gets each column's PyMySQL field: the
         type and flags the server sent for it (None where the driver does not show them)."""
+        CONNECTING.set(True)  # a timeout until the connection comes is no slow statement
         pool = await self._pool()
         conn = await acquire(pool)
+        CONNECTING.set(False)
         healthy = True  # until a statement is under way
         try:
             if not conn.get_autocommit():

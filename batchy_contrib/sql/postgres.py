@@ -59,7 +59,7 @@ from ..errors import (
 )
 from ._build import POS
 from ._core import CONNECTING, Dialect, KeysRejected, Row, SQLDatabase, identifier
-from ._errors import CONTAINERS, Kind, refusal
+from ._errors import CONTAINERS, Kind, pool_wait_hint, refusal
 from ._loops import EventLoopError, PerLoop, foreign_loop, running_loop
 from ._match import KeyTypeWarning, Match
 from ._postgres_keys import client_side, key_array, misread, unencodable, unreadable
@@ -133,6 +133,7 @@ class Database(SQLDatabase):
     timeout_hint = (
         "the statement was cancelled. Check the server, or raise timeout= if the query is slow."
     )
+    connect_hint = pool_wait_hint("max_size")
     encode_hint = (
         "Pass a value the driver can encode: text without NUL characters or lone surrogates."
     )

@@ -38,7 +38,7 @@ from ..errors import (
     QueryInterruptedError,
     QueryRejectedError,
 )
-from ._core import Dialect, KeysRejected, Row, SQLDatabase, identifier
+from ._core import CONNECTING, Dialect, KeysRejected, Row, SQLDatabase, identifier
 from ._errors import Kind, refusal
 from ._loops import EventLoopError, running_loop
 from ._match import KeyTypeWarning
@@ -69,18 +69,21 @@ _KINDS: dict[int, Kind] = {5: "busy", 6: "busy", 9: "killed", 14: "cantopen", 26
 class _Job:
     """One statement on a worker thread, so a caller that gives up can interrupt it."""
 
-    __slots__ = ("conn", "gone", "lock")
+    __slots__ = ("conn", "gone", "lock", "started")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.conn: sqlite3.Connection | None = None  # set while the statement runs
         self.gone = False  # the caller stopped waiting
+        self.started = False  # a worker thread took it
 
-    def cancel(self) -> None:
+    def cancel(self) -> bool:
+        """Stop the statement; False if no worker thread had taken it yet (it waited for one)."""
         with self.lock:
             self.gone = True
             if self.conn is not None:
                 self.conn.interrupt()  # thread-safe: SQLite's way to stop a running statement
+            return self.started
 
 
 def _param_limit() -> int:
@@ -114,6 +117,10 @@ class Database(SQLDatabase):
     timeout_hint = (
         "the statement was interrupted. Raise timeout= if the query is slow, or index the "
         "key column."
+    )
+    connect_hint = (
+        "its worker threads (one connection each) were all busy with other statements, so "
+        "this one was never sent. Raise threads= if they are all busy often, or raise timeout=."
     )
 
     def __init__(
@@ -165,6 +172,7 @@ class Database(SQLDatabase):
             if job.gone:  # waited in the queue past its caller's timeout: skip it
                 return [], 0
             job.conn = conn
+            job.started = True
         try:
             try:
                 cur = conn.execute(sql, params)
@@ -189,7 +197,8 @@ class Database(SQLDatabase):
         try:
             return await loop.run_in_executor(self._executor, self._run, sql, params, job)
         except asyncio.CancelledError:
-            job.cancel()
+            # Still queued (every worker busy): a timeout now is no slow statement.
+            CONNECTING.set(not job.cancel())
             raise
 
     # -- SQLDatabase ----------------------------------------------------------------

@@ -107,10 +107,13 @@ async def test_a_hung_server_times_out_instead_of_hanging(blackhole_port: int) -
         async with batchy.scope():
             await users(1)
     assert time.monotonic() - started < 2
+    # Still connecting (no greeting came): no statement was sent, so none was slow.
     assert str(info.value) == (
-        f"loader 'users_by_id' got no answer from MySQL at 127.0.0.1:{blackhole_port} within "
-        "0.3 s while loading keys [1]; the connection was discarded. Check the server, or "
-        "raise timeout= if the query is slow."
+        f"loader 'users_by_id' got no connection to MySQL at 127.0.0.1:{blackhole_port} within "
+        "0.3 s while loading keys [1]: the pool had none free and none could be made "
+        "in time (every one busy, or the server slow to accept or not answering). Check that "
+        "the server accepts connections, raise the pool's maxsize if its connections are all "
+        "busy, or raise timeout=."
     )
     await db.close()
 
@@ -183,6 +186,34 @@ async def test_a_timed_out_query_closes_its_connection(mysql_url: str) -> None:
             await slow(1)
     assert db.pool.freesize == 0 and db.pool.size == 0  # closed, not back in the pool
     assert await connection_id(db) != conn_id
+    await db.close()
+
+
+async def test_a_batch_waiting_for_a_full_pool_says_it_got_no_connection(mysql_url: str) -> None:
+    db = await mysql.connect(mysql_url, minsize=1, maxsize=1, timeout=0.5)
+    await make_items(db)
+    items = db.one("items")
+    conn_id = await connection_id(db)
+    # One batch holds the one connection past the timeout, one waits for it past the timeout.
+    slow = db.query("SELECT id, SLEEP(2) AS z FROM items WHERE id IN {keys}", key="id")
+    async with batchy.scope():
+        results = await batchy.gather(slow(1), items(9), return_exceptions=True)
+    assert [type(r).__name__ for r in results] == ["QueryInterruptedError"] * 2
+    held, waited = (str(r) for r in results)
+    assert "got no answer from MySQL" in held and "the connection was discarded" in held
+    # The one that never had a connection says so: it was said to be a slow statement.
+    assert waited == (
+        f"loader 'items_by_id' got no connection to MySQL at {db.host} within 0.5 s while "
+        "loading keys [9]: the pool had none free and none could be made "
+        "in time (every one busy, or the server slow to accept or not answering). Check that "
+        "the server accepts connections, raise the pool's maxsize if its connections are all "
+        "busy, or raise timeout=."
+    )
+    # The connection that ran out of time was closed, the waiter took none: one new one.
+    assert db.pool.size == 0
+    async with batchy.scope():
+        assert (await items(2))["label"] == "item2"
+    assert db.pool.size == 1 and await connection_id(db) != conn_id
     await db.close()
 
 

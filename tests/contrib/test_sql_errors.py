@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from contrib_helpers import closed_port
+from contrib_helpers import Statements, closed_port
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -100,8 +100,8 @@ async def test_a_timeout_is_an_interruption(blackhole_port: int) -> None:
     db = await mysql.connect(
         f"mysql://root@127.0.0.1:{blackhole_port}/test", minsize=0, timeout=0.3
     )
-    with pytest.raises(QueryInterruptedError, match=r"got no answer from MySQL at "):
-        await load(db.one("users"), 1)
+    with pytest.raises(QueryInterruptedError, match=r"got no connection to MySQL at "):
+        await load(db.one("users"), 1)  # no greeting came: still connecting
     await db.close()
 
 
@@ -125,6 +125,36 @@ async def test_an_sqlite_statement_that_times_out_is_interrupted(tmp_path: Path)
     started = time.monotonic()
     assert await load(db.one("items"), 2) == [{"id": 2, "label": "two"}]
     assert time.monotonic() - started < 1
+    await db.close()
+
+
+async def test_an_sqlite_statement_waiting_for_a_worker_says_it_was_never_sent(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "busy.db")
+    db = sqlite.Database(path, threads=1, timeout=0.3, trace=Statements())
+    await make_items(db)
+    await db.execute("PRAGMA busy_timeout = 5000")  # the one worker's connection
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN EXCLUSIVE")
+    # The one worker thread waits for the writer's lock: the loader's statement queues.
+    insert = asyncio.ensure_future(db.execute("INSERT INTO items VALUES (3, 'three')"))
+    await asyncio.sleep(0.1)
+    seen = db.trace.count
+    with pytest.raises(QueryInterruptedError) as info:
+        await load(db.one("items"), 1)
+    # It said the statement was interrupted, when it never ran.
+    assert str(info.value) == (
+        f"loader 'items_by_id' got no connection to SQLite at {path} within 0.3 s while loading "
+        "keys [1]: its worker threads (one connection each) were all busy with other "
+        "statements, so this one was never sent. Raise threads= if they are all busy often, "
+        "or raise timeout=."
+    )
+    writer.execute("COMMIT")
+    writer.close()
+    assert await insert == 1
+    assert await load(db.one("items"), 2) == [{"id": 2, "label": "two"}]
+    assert len(db.trace.seen) == seen + 1  # the second load's: the first never ran
     await db.close()
 
 
