@@ -19,7 +19,11 @@ Why some keys are checked after the statement: ``date``, ``timestamp`` and
 ``date`` column reads ``'2024-01-01 00:00:01'`` as 2024-01-01, a ``timestamp``
 one ``'2024-01-01 12:00+05:00'`` as 12:00. ``WHERE col = %s`` with the same
 Python value compares it whole, so such a key would get a row it is not equal
-to. :func:`misread` finds them from the key column's type the result reports.
+to. And a ``bytes`` key's text is ``bytea`` input (``b'ada'`` is ``ada``,
+``b'\\xff'`` is ``\\377``), which any other type reads as its own: a ``text``
+column found the row ``'ada'``, and the row ``'\\377'``, where ``WHERE col = %s``
+refuses bytes (no operator ``text = bytea``). :func:`misread` finds them from
+the key column's type the result reports.
 """
 
 from __future__ import annotations
@@ -154,26 +158,42 @@ def _body(sql: str) -> str:
     return body
 
 
-_DATE, _TIMESTAMP, _TIME = (psycopg.adapters.types[n].oid for n in ("date", "timestamp", "time"))
+_DATE, _TIMESTAMP, _TIME, _BYTEA = (
+    psycopg.adapters.types[n].oid for n in ("date", "timestamp", "time", "bytea")
+)
+#: Key types psycopg sends as bytea (a domain over bytea reports bytea's type).
+_BYTES = (bytes, bytearray, memoryview)
 
 
 class MisreadKeyError(psycopg.DataError):
-    """A key the column's type reads without a part of it (its UTC offset)."""
+    """A key the column's type reads without a part of it (its UTC offset), or not as itself."""
 
 
 def misread(
     keys: Sequence[Any], column: str, oid: int
 ) -> tuple[dict[int, BaseException], set[int]]:
-    """The keys a ``date``/``timestamp``/``time`` column ``column`` (type ``oid``) read in part.
+    """The keys the column ``column`` (type ``oid``) read otherwise than ``WHERE column = key``.
 
-    A datetime with a time of day against a ``date`` column cannot equal any of
-    its values: it is absent (no row, as ``WHERE col = key`` says). A key with a
-    UTC offset against a column without a time zone is an error: the server read
-    it without the offset, and what it equals depends on the session's time zone.
-    Returns the bad keys by position, and which of them are only absent.
+    A ``bytes`` key against a column that is not ``bytea`` is an error, as
+    ``WHERE column = key`` is. A datetime with a time of day against a ``date``
+    column cannot equal any of its values: it is absent (no row, as ``WHERE col =
+    key`` says). A key with a UTC offset against a ``date``/``timestamp``/``time``
+    column is an error: the server read it without the offset, and what it
+    equals depends on the session's time zone. Returns the bad keys by
+    position, and which of them are only absent.
     """
     bad: dict[int, BaseException] = {}
     absent: set[int] = set()
+    if oid and oid != _BYTEA and any(issubclass(t, _BYTES) for t in set(map(type, keys))):
+        info = psycopg.adapters.types.get(oid)
+        kind = info.name if info is not None else f"of the type with OID {oid}"
+        for i, k in enumerate(keys):
+            if isinstance(k, _BYTES):
+                bad[i] = MisreadKeyError(
+                    f"column {column!r} is {kind}, not bytea, and WHERE {column} = key refuses "
+                    f"a bytes key (no operator {kind} = bytea); pass the key as the column's "
+                    "type: key.decode() for text"
+                )
     if oid not in (_DATE, _TIMESTAMP, _TIME):
         return bad, absent
     timed = datetime.time if oid == _TIME else datetime.datetime

@@ -74,6 +74,40 @@ async def test_text_keys_against_a_column_of_another_charset_each_get_their_rows
     await mysql_db.execute(f"DROP TABLE {table}")
 
 
+@pytest.mark.parametrize("charset", ["utf8mb4", "utf8mb3"])
+async def test_a_bytes_key_that_is_no_text_in_the_column_charset_fails_alone(
+    mysql_db: mysql.Database, charset: str
+) -> None:
+    # The server reads a bytes key as text in the column's charset, and refuses
+    # one that is none (WHERE name = X'FF' alone too): every bytes key of the
+    # batch failed with it, as QueryRejectedError.
+    table = f"keys_bytes_{charset}"
+    columns = f"id INT PRIMARY KEY, name VARCHAR(20) CHARACTER SET {charset}"
+    await make(mysql_db, table, columns, [(0, "ada"), (1, "ADA"), (2, "traíl")])
+    by_name = mysql_db.many(table, "name", columns=["id"], order_by="id")
+    emoji = "\U0001f600".encode()  # 4 bytes of UTF-8: utf8mb3 has no room for it
+    keys = [b"ada", b"\xff", "traíl".encode(), "traíl".encode("latin-1"), "ada", emoji]
+    want = [await alone(mysql_db, table, k) for k in keys]
+    refused = "OperationalError"
+    assert want == [[0, 1], refused, [2], refused, [0, 1], [] if charset == "utf8mb4" else refused]
+    got = await batch(by_name, keys)
+    for k, value, w in zip(keys, got, want, strict=True):
+        if w != refused:
+            assert value == w, k
+            continue
+        assert isinstance(value, KeyEncodingError) and value.keys == [k], k
+        assert str(value) == (
+            f"loader '{table}_by_name' could not send key {k!r} (bytes) to MySQL at "
+            "127.0.0.1:3306: the server cannot read it as a value of the column it is compared "
+            f"with (ValueError: the column {table}.name is in character set {charset}, and the "
+            f"key is no text in it (WHERE name = key alone is refused: Invalid {charset} "
+            f"character string); pass the key as text (str), or bytes that are {charset} "
+            "text). Only this key failed; the other keys of its batch were loaded. Pass keys "
+            "of the column's type."
+        )
+    await mysql_db.execute(f"DROP TABLE {table}")
+
+
 async def test_a_number_key_against_a_text_column_gets_what_it_gets_alone_in_any_batch(
     mysql_db: mysql.Database,
 ) -> None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import batchy
 from batchy.testing import record
 from batchy_contrib.sql import mysql, postgres, sqlite
-from batchy_contrib.sql.sqlite import KeyTypeWarning
+from batchy_contrib.sql.sqlite import KeyEncodingError, KeyTypeWarning
 
 # A case-insensitive column on each backend; MySQL's is accent-insensitive too.
 CI = {
@@ -224,18 +224,29 @@ def variants(word: str) -> list[str]:
     return [word, word.upper(), word.lower(), word.swapcase(), bare, word + " ", " " + word]
 
 
-KEYS = st.lists(st.sampled_from(WORDS).flatmap(lambda w: st.sampled_from(variants(w))), max_size=12)
+WORD = st.sampled_from(WORDS).flatmap(lambda w: st.sampled_from(variants(w)))
+#: Text keys, and the same as bytes, in UTF-8 and in Latin-1 (no UTF-8 once not
+#: ASCII): against a text column each server has its own rule for bytes (PostgreSQL
+#: refuses them, SQLite finds nothing, MySQL reads them as text in the column's
+#: character set, and refuses those that are none).
+KEYS = st.lists(WORD | WORD.map(str.encode) | WORD.map(lambda w: w.encode("latin-1")), max_size=12)
 
 
-async def check(db: Any, keys: list[str], table: str = "folks") -> None:
+async def check(db: Any, keys: list[str | bytes], table: str = "folks") -> None:
     p = db.dialect.param
     by_name_many = db.many(table, "name", order_by="id", columns=["id"])
     by_name_one = db.one(table, "name", columns=["id"])
     async with batchy.scope():
-        many = await batchy.gather(*(by_name_many(k) for k in keys))
+        many = await batchy.gather(*(by_name_many(k) for k in keys), return_exceptions=True)
         one = await batchy.gather(*(by_name_one(k) for k in keys), return_exceptions=True)
     for k, rows, single in zip(keys, many, one, strict=True):
-        alone = await db.fetch(f"SELECT id FROM {table} WHERE name = {p} ORDER BY id", [k])
+        try:
+            alone = await db.fetch(f"SELECT id FROM {table} WHERE name = {p} ORDER BY id", [k])
+        except Exception:  # WHERE refuses the key: so do the loaders, for that key alone
+            assert isinstance(rows, KeyEncodingError) and rows.keys == [k], k
+            assert isinstance(single, KeyEncodingError) and single.keys == [k], k
+            continue
+        assert not isinstance(rows, BaseException), (k, rows)
         want = [r["id"] for r in alone]
         assert [r["id"] for r in rows] == want, k
         if len(want) > 1:
@@ -260,7 +271,7 @@ async def fill_folks(
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(keys=KEYS)
 def test_each_key_gets_exactly_what_the_server_returns_for_it_alone_sqlite(
-    tmp_path: Path, keys: list[str]
+    tmp_path: Path, keys: list[str | bytes]
 ) -> None:
     db = sqlite.Database(str(tmp_path / "prop.db"))
 
@@ -319,7 +330,7 @@ async def mariadb_folks(db: mysql.Database, collation: str, kind: str, indexed: 
 )
 @example(keys=["a", "a "], indexed=False, collation="utf8mb4_nopad_bin", kind="CHAR(20)")
 def test_each_key_gets_exactly_what_the_server_returns_for_it_alone_mariadb(
-    mysql_url: str, keys: list[str], indexed: bool, collation: str, kind: str
+    mysql_url: str, keys: list[str | bytes], indexed: bool, collation: str, kind: str
 ) -> None:
     async def run() -> None:
         db = await mysql.connect(mysql_url, maxsize=2)
@@ -338,7 +349,7 @@ def test_each_key_gets_exactly_what_the_server_returns_for_it_alone_mariadb(
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(keys=KEYS)
 def test_each_key_gets_exactly_what_the_server_returns_for_it_alone_postgres(
-    postgres_url: str, keys: list[str]
+    postgres_url: str, keys: list[str | bytes]
 ) -> None:
     async def run() -> None:
         db = await postgres.connect(postgres_url, max_size=2)

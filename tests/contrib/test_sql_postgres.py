@@ -769,6 +769,38 @@ async def test_an_aware_key_against_a_timestamp_column_fails_alone_saying_why(
     assert row == {"id": 1, "at": noon} and none is None
 
 
+async def test_a_bytes_key_against_a_text_column_fails_alone_as_where_refuses_it(
+    postgres_db: postgres.Database,
+) -> None:
+    # A bytes key's text is bytea input, which a text column read as itself: b'ada'
+    # found 'ada', b'\xff' (\377) the row '\377'; WHERE name = %s refuses bytes.
+    columns = "id INT PRIMARY KEY, name TEXT, code VARCHAR(10), raw BYTEA"
+    rows = [(1, "ada", "ada", b"ada"), (2, "\\377", "\\377", b"\xff")]
+    await make(postgres_db, "tags", columns, rows)
+    for column, kind in (("name", "text"), ("code", "varchar")):
+        with pytest.raises(psycopg.errors.UndefinedFunction):
+            await postgres_db.fetch(f"SELECT id FROM tags WHERE {column} = %s", [b"ada"])
+        tags = postgres_db.one("tags", column, columns=["id"])
+        before = pg_counter().count
+        ada, text, ff = await load_all(tags, [b"ada", "ada", b"\xff"])
+        assert text == {"id": 1, column: "ada"}
+        sent = pg_counter().count - before
+        for key, error in ((b"ada", ada), (b"\xff", ff)):
+            assert isinstance(error, KeyEncodingError) and error.keys == [key]
+            assert str(error) == (
+                f"loader 'tags_by_{column}' could not send key {key!r} (bytes) to PostgreSQL at "
+                f"{postgres_db.host}: the server cannot read it as a value of the column it is "
+                f"compared with (MisreadKeyError: column {column!r} is {kind}, not bytea, and "
+                f"WHERE {column} = key refuses a bytes key (no operator {kind} = bytea); pass "
+                "the key as the column's type: key.decode() for text). Only this key failed; "
+                "the other keys of its batch were loaded. Pass keys of the column's type."
+            )
+        assert sent == 2  # once with every key, once more without the bytes keys
+    raw = postgres_db.one("tags", "raw", columns=["id"])  # bytea: bytes keys as WHERE
+    found = await load_all(raw, [b"ada", b"\xff", "ada"])
+    assert [r["id"] for r in found] == [1, 2, 1]
+
+
 # -- the property: a date or time key gets what WHERE col = key gives, or its own error ------
 
 _ZONES = [None, datetime.UTC, datetime.timezone(datetime.timedelta(hours=5))]
