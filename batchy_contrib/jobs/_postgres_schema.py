@@ -16,6 +16,13 @@ functions or adds tables waits for nobody), waits at most ``LOCK_WAIT``
 for them otherwise, and on either rolls back, gives the tables back for a
 growing pause and tries again, for ``MIGRATE_FOR`` seconds in all; then
 :class:`MigrationTimeout` names the sessions that held the tables.
+
+An autovacuum worker holds a table it vacuums, but gives way: the server
+cancels it once a conflicting lock request has waited ``deadlock_timeout``
+(1 s by default). So it is no reason to hold back, and no one to name; an
+attempt it stands in the way of waits ``deadlock_timeout`` plus ``LOCK_WAIT``
+instead (one that gave up first would never get past it). A vacuum "to prevent
+wraparound" does not give way, and counts as any transaction.
 """
 
 from __future__ import annotations
@@ -26,8 +33,8 @@ import random
 import re
 import time
 import zlib
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -157,7 +164,8 @@ async def ensure_async(conn: psycopg.AsyncConnection[object], names: Names) -> N
                 row = await (await conn.execute(names.read_version())).fetchone()
                 steps = attempt.steps(_version(row))
                 if attempt.alters:  # are the tables it alters free?
-                    attempt.check(await (await conn.execute(_HOLDERS, attempt.args)).fetchall())
+                    holders = await (await conn.execute(_HOLDERS, attempt.args)).fetchall()
+                    steps = attempt.check(holders) + steps
                 for statement in steps:
                     await conn.execute(statement)
             return
@@ -183,7 +191,7 @@ def ensure_sync(conn: psycopg.Connection[object], names: Names) -> None:
                 row = conn.execute(names.read_version()).fetchone()
                 steps = attempt.steps(_version(row))
                 if attempt.alters:
-                    attempt.check(conn.execute(_HOLDERS, attempt.args).fetchall())
+                    steps = attempt.check(conn.execute(_HOLDERS, attempt.args).fetchall()) + steps
                 for statement in steps:
                     conn.execute(statement)
             return
@@ -195,9 +203,14 @@ def ensure_sync(conn: psycopg.Connection[object], names: Names) -> None:
 
 
 # The other sessions of this database holding locks on the schema's tables (those
-# named, or all when NULL), with the age of their transactions in s, oldest first.
+# named, or all when NULL), with the age of their transactions in s, oldest first
+# (see _Holder). An autovacuum worker's query names the table, and says so when it
+# vacuums to prevent wraparound.
 _HOLDERS = """
-SELECT a.pid, a.state, extract(epoch FROM clock_timestamp() - a.xact_start)::float8,
+SELECT CASE WHEN a.backend_type = 'autovacuum worker'
+            AND a.query NOT LIKE '%%(to prevent wraparound)' THEN 'autovacuum'
+            ELSE 'session' END,
+       a.pid, a.state, extract(epoch FROM clock_timestamp() - a.xact_start)::float8,
        left(a.query, 60), string_agg(DISTINCT l.relation::regclass::text, ', ')
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.granted AND l.pid <> pg_backend_pid()
@@ -206,9 +219,27 @@ WHERE l.granted AND l.pid <> pg_backend_pid()
     SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE n.nspname = %s AND c.relkind IN ('r', 'p')
       AND (%s::text[] IS NULL OR c.relname = ANY(%s::text[])))
-GROUP BY a.pid, a.state, a.xact_start, a.query
+GROUP BY a.pid, a.backend_type, a.state, a.xact_start, a.query
 ORDER BY a.xact_start, a.pid
 """
+
+
+class _Holder(NamedTuple):
+    """One row of ``_HOLDERS``: a session holding some of the tables."""
+
+    kind: str  # 'autovacuum' (a worker that gives way) or 'session'
+    pid: int
+    state: str | None
+    age: float | None  # seconds since its transaction began
+    query: str | None
+    tables: str
+
+    def describe(self) -> str:
+        age = "?" if self.age is None else f"{self.age:.0f}"
+        return (
+            f"pid {self.pid} ({self.state} for {age} s, last query {self.query!r}) "
+            f"holds a lock on {self.tables}"
+        )
 
 
 class _Held(Exception):
@@ -251,12 +282,26 @@ class _Attempts:
         tables = self.alters or None
         return (self.names.schema, tables, tables)
 
-    def check(self, holders: list[Any]) -> None:
+    def check(self, rows: Sequence[Any]) -> list[str]:
+        """Raises ``_Held`` while a transaction older than LOCK_WAIT holds the tables;
+        else the statements that set this attempt's wait for them."""
+        holders = _holders(rows)
         if _long(holders):
             raise _Held()
+        if any(h.kind == "autovacuum" for h in holders):
+            # The server cancels an autovacuum worker in the way of a lock request
+            # that has waited deadlock_timeout: an attempt that gave up sooner
+            # (LOCK_WAIT is 1 s, as deadlock_timeout by default) would never pass it.
+            wait = max(1, round(LOCK_WAIT * 1000))
+            return [
+                "SELECT set_config('lock_timeout', (setting::bigint + "
+                f"{wait})::text || 'ms', true) FROM pg_settings WHERE name = 'deadlock_timeout'"
+            ]
+        return []
 
-    def failed(self, error: Exception, holders: list[Any]) -> float:
+    def failed(self, error: Exception, rows: Sequence[Any]) -> float:
         """The pause before the next attempt; raises :class:`MigrationTimeout` when out of time."""
+        holders = _holders(rows)
         pause = min(5.0, LOCK_WAIT * 2.0 ** (self.tries - 1)) * random.uniform(0.5, 1.0)
         left = self.deadline - time.monotonic()
         if left <= 0:
@@ -265,18 +310,14 @@ class _Attempts:
             log.warning(
                 "job schema %r: migration waits for a lock held by %s; trying again for up to %g s",
                 self.names.schema,
-                ", ".join(f"pid {h[0]}" for h in _long(holders) or holders) or "another session",
+                ", ".join(f"pid {h.pid}" for h in _named(holders)) or "another session",
                 MIGRATE_FOR,
             )
         return min(pause, left)
 
-    def _explain(self, holders: list[Any]) -> str:
+    def _explain(self, holders: list[_Holder]) -> str:
         target = "" if self.found is None else f" from version {self.found}"
-        held = "; ".join(
-            f"pid {pid} ({state} for {'?' if age is None else f'{age:.0f}'} s, last query "
-            f"{query!r}) holds a lock on {tables}"
-            for pid, state, age, query, tables in _long(holders) or holders
-        )
+        held = "; ".join(h.describe() for h in _named(holders))
         return (
             f"cannot migrate job schema {self.names.schema!r}{target} to {ddl.VERSION}: other "
             f"sessions held its tables through {self.tries} attempts over {MIGRATE_FOR:g} s "
@@ -294,9 +335,20 @@ _NOBODY = (
 )
 
 
-def _long(holders: list[Any]) -> list[Any]:
-    """The holders whose transactions are older than LOCK_WAIT."""
-    return [h for h in holders if h[2] is not None and h[2] >= LOCK_WAIT]
+def _holders(rows: Sequence[Any]) -> list[_Holder]:
+    return [_Holder(*row) for row in rows]
+
+
+def _long(holders: list[_Holder]) -> list[_Holder]:
+    """The holders that do not give way, whose transactions are older than LOCK_WAIT."""
+    return [
+        h for h in holders if h.kind != "autovacuum" and h.age is not None and h.age >= LOCK_WAIT
+    ]
+
+
+def _named(holders: list[_Holder]) -> list[_Holder]:
+    """The holders to name: those that held up the attempts, else any that do not give way."""
+    return _long(holders) or [h for h in holders if h.kind != "autovacuum"]
 
 
 def _version(row: object) -> int | None:

@@ -10,11 +10,13 @@ that transaction stays open.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from batchy.jobs import Envelope
 from batchy_contrib.jobs import _postgres_schema
@@ -196,3 +198,123 @@ async def test_a_migration_that_alters_no_table_does_not_wait_for_the_tables_hol
         await store.close()
     assert time.monotonic() - began < 1.0
     assert _version(postgres_dsn, at_version_8) == VERSION
+
+
+class Autovacuum:
+    """A session that holds the jobs table as an autovacuum worker does, and gives way as
+    the server makes one (but to prevent wraparound): it ends once a lock request on
+    the table has waited ``deadlock_timeout``. A real worker cannot be summoned on cue
+    (nor at all where autovacuum is off): a migration's connection sees this session
+    as one through :func:`seen_by`."""
+
+    def __init__(self, dsn: str, schema: str, query: str) -> None:
+        self.dsn, self.query = dsn, query
+        self.table = f'"{schema}".jobs'
+        self.conn = psycopg.connect(dsn)
+        self.conn.execute(f"LOCK TABLE {self.table} IN SHARE UPDATE EXCLUSIVE MODE")
+        self.pid = self.conn.info.backend_pid
+        self.cancelled = False
+        self._stop = threading.Event()
+        self._watch = threading.Thread(target=self._give_way)
+        if not query.endswith("(to prevent wraparound)"):
+            self._watch.start()
+
+    def _give_way(self) -> None:
+        waited = (
+            "SELECT count(*) FROM pg_locks WHERE relation = %s::regclass AND NOT granted "
+            "AND clock_timestamp() - waitstart >= current_setting('deadlock_timeout')::interval"
+        )
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self._stop.wait(0.01):
+                if conn.execute(waited, (self.table,)).fetchone() != (0,):
+                    self.conn.rollback()
+                    self.cancelled = True
+                    return
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._watch.is_alive():
+            self._watch.join()
+        self.conn.close()
+
+
+async def seen_by(conn: psycopg.AsyncConnection[object], *workers: Autovacuum) -> None:
+    """``conn`` sees ``workers`` as autovacuum workers running their queries: its
+    temporary view, which a session's unqualified names find before ``pg_catalog``'s."""
+    kind = sql.SQL(" ").join(
+        sql.SQL("WHEN {} THEN 'autovacuum worker'").format(w.pid) for w in workers
+    )
+    query = sql.SQL(" ").join(sql.SQL("WHEN {} THEN {}").format(w.pid, w.query) for w in workers)
+    await conn.execute(
+        sql.SQL(
+            "CREATE TEMP VIEW pg_stat_activity AS SELECT pid, state, xact_start, "
+            "CASE pid {kind} ELSE backend_type END AS backend_type, "
+            "CASE pid {query} ELSE query END AS query FROM pg_catalog.pg_stat_activity"
+        ).format(kind=kind, query=query)
+    )
+
+
+@pytest.fixture
+def autovacuum(postgres_dsn: str, at_version_8: str) -> Iterator[Callable[[str], Autovacuum]]:
+    """Starts sessions that hold the jobs table as autovacuum workers (``query``)."""
+    made: list[Autovacuum] = []
+
+    def start(query: str) -> Autovacuum:
+        made.append(Autovacuum(postgres_dsn, at_version_8, query))
+        return made[-1]
+
+    yield start
+    for worker in made:
+        worker.close()
+
+
+@pytest.mark.usefixtures("quick")
+async def test_a_migration_goes_through_an_autovacuum_which_gives_way(
+    postgres_dsn: str, at_version_8: str, autovacuum: Callable[[str], Autovacuum]
+) -> None:
+    """An autovacuum worker holding the jobs table counted as an old transaction: the
+    attempts held back for it until MigrationTimeout named it, while the server would
+    have cancelled it for the migration's lock request. That request must also wait out
+    deadlock_timeout, when the server cancels it: one that gave up after LOCK_WAIT
+    never got past it."""
+    vacuum = autovacuum(f"autovacuum: VACUUM ANALYZE {at_version_8}.jobs")
+    await asyncio.sleep(0.3)  # older than LOCK_WAIT
+    began = time.monotonic()
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        await seen_by(conn, vacuum)
+        setting = "SELECT setting::float8 / 1000 FROM pg_settings WHERE name = 'deadlock_timeout'"
+        ((deadlock_timeout,),) = await (await conn.execute(setting)).fetchall()
+        await asyncio.wait_for(
+            _postgres_schema.ensure_async(conn, _postgres_schema.Names(at_version_8)), 10
+        )
+    assert vacuum.cancelled  # it gave way to the migration's lock request
+    # One attempt: deadlock_timeout, then the steps (not 2 s of attempts, and a timeout).
+    assert time.monotonic() - began < deadlock_timeout + 0.5
+    assert _version(postgres_dsn, at_version_8) == VERSION
+
+
+@pytest.mark.usefixtures("quick")
+@pytest.mark.parametrize("wraparound", [False, True], ids=["autovacuum", "to prevent wraparound"])
+async def test_a_migration_names_the_transactions_in_its_way_not_an_autovacuum(
+    postgres_dsn: str,
+    at_version_8: str,
+    app_transaction: psycopg.Connection[object],
+    autovacuum: Callable[[str], Autovacuum],
+    wraparound: bool,
+) -> None:
+    """Beside an application's old transaction, an autovacuum worker is not named (it
+    would have given way), and one that vacuums to prevent wraparound is: the server
+    does not cancel that one."""
+    query = f"autovacuum: VACUUM ANALYZE {at_version_8}.jobs"
+    if wraparound:
+        query = f"autovacuum: VACUUM {at_version_8}.jobs (to prevent wraparound)"
+    vacuum = autovacuum(query)
+    await asyncio.sleep(0.3)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        await seen_by(conn, vacuum)
+        with pytest.raises(MigrationTimeout) as raised:
+            await _postgres_schema.ensure_async(conn, _postgres_schema.Names(at_version_8))
+    message = str(raised.value)
+    assert f"pid {app_transaction.info.backend_pid} (idle in transaction for " in message
+    assert (f"pid {vacuum.pid} (idle in transaction for " in message) == wraparound
+    assert not vacuum.cancelled  # nothing asked for the locks: the transaction held them
