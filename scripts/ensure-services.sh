@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start what the test suite needs and a fresh machine may lack: memcached and Debian's
 # chromium (installed from Debian's packages when missing; the dashboard is tested in a
-# real browser), and MariaDB, Redis and PostgreSQL when installed but not running.
+# real browser), and MariaDB, Redis and PostgreSQL when installed but not running; and
+# PostgreSQL's prepared transactions, which its default leaves off.
 # Whatever still cannot be reached makes this script fail, so `make test` stops loudly.
 set -euo pipefail
 
@@ -32,6 +33,21 @@ start memcached 11211 memcached -d -u "$(id -un)" -l 127.0.0.1 -p 11211 -m 64
 start MariaDB 3306 start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
 start Redis 6379 redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" \
   --appendonly no --logfile /tmp/batchy-redis.log
-start PostgreSQL 5432 pg_ctlcluster --skip-systemctl-redirect \
-  "$(ls /etc/postgresql 2>/dev/null | head -1)" main start
+pg_version="$(ls /etc/postgresql 2>/dev/null | head -1)"
+start PostgreSQL 5432 pg_ctlcluster --skip-systemctl-redirect "$pg_version" main start
+# The job store's migration tests hold its tables with a prepared transaction
+# (PREPARE TRANSACTION), which PostgreSQL refuses until max_prepared_transactions is
+# set; the setting takes a restart, so this restarts the server once.
+pg() { psql -h 127.0.0.1 -p 5432 -U postgres -d postgres -Atqc "$1"; }
+if [ "$(pg 'SHOW max_prepared_transactions')" = 0 ]; then
+  command -v pg_ctlcluster >/dev/null 2>&1 || {
+    echo "PostgreSQL refuses prepared transactions: set max_prepared_transactions = 10" \
+      "in its configuration and restart it" >&2
+    exit 1
+  }
+  echo "PostgreSQL: max_prepared_transactions is 0: setting it to 10 and restarting it" >&2
+  pg "ALTER SYSTEM SET max_prepared_transactions = 10"
+  pg_ctlcluster --skip-systemctl-redirect "$pg_version" main restart
+  wait_port 5432 || { echo "PostgreSQL did not come back after its restart" >&2; exit 1; }
+fi
 command -v chromium >/dev/null 2>&1 || apt_install chromium chromium chromium-driver

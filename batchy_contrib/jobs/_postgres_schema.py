@@ -15,7 +15,10 @@ an attempt does not ask for its locks while a transaction older than
 functions or adds tables waits for nobody), waits at most ``LOCK_WAIT``
 for them otherwise, and on either rolls back, gives the tables back for a
 growing pause and tries again, for ``MIGRATE_FOR`` seconds in all; then
-:class:`MigrationTimeout` names the sessions that held the tables.
+:class:`MigrationTimeout` names the sessions that held the tables. A prepared
+transaction (``PREPARE TRANSACTION``: two-phase commit) holds its locks with no
+session: it counts as any transaction, named by its gid, until someone commits or
+rolls it back.
 
 An autovacuum worker holds a table it vacuums, but gives way: the server
 cancels it once a conflicting lock request has waited ``deadlock_timeout``
@@ -202,44 +205,80 @@ def ensure_sync(conn: psycopg.Connection[object], names: Names) -> None:
             raise ConfigError(_taken(names, error)) from error
 
 
-# The other sessions of this database holding locks on the schema's tables (those
-# named, or all when NULL), with the age of their transactions in s, oldest first
-# (see _Holder). An autovacuum worker's query names the table, and says so when it
-# vacuums to prevent wraparound.
+# Who else holds locks on the schema's tables (those named, or all when NULL) in
+# this database, with the age of their transactions in s, oldest first (see
+# _Holder): sessions, and prepared transactions, which no session runs. A
+# prepared one's locks have no pid; pg_prepared_xacts names it by its
+# transaction id, which only its lock on that id carries (beside the same
+# virtual transaction as its other locks). An autovacuum worker's query names
+# the table, and says so when it vacuums to prevent wraparound.
 _HOLDERS = """
+WITH held AS (
+  SELECT l.pid, l.virtualtransaction AS vxid, l.relation::regclass::text AS tab
+  FROM pg_locks l
+  WHERE l.granted AND l.pid IS DISTINCT FROM pg_backend_pid()
+    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND l.relation IN (
+      SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname = %s AND c.relkind IN ('r', 'p')
+        AND (%s::text[] IS NULL OR c.relname = ANY(%s::text[]))))
 SELECT CASE WHEN a.backend_type = 'autovacuum worker'
             AND a.query NOT LIKE '%%(to prevent wraparound)' THEN 'autovacuum'
             ELSE 'session' END,
-       a.pid, a.state, extract(epoch FROM clock_timestamp() - a.xact_start)::float8,
-       left(a.query, 60), string_agg(DISTINCT l.relation::regclass::text, ', ')
-FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.granted AND l.pid <> pg_backend_pid()
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.relation IN (
-    SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname = %s AND c.relkind IN ('r', 'p')
-      AND (%s::text[] IS NULL OR c.relname = ANY(%s::text[])))
+       a.pid, NULL, a.state, extract(epoch FROM clock_timestamp() - a.xact_start)::float8,
+       left(a.query, 60), string_agg(DISTINCT h.tab, ', '), NULL, NULL
+FROM held h JOIN pg_stat_activity a ON a.pid = h.pid
 GROUP BY a.pid, a.backend_type, a.state, a.xact_start, a.query
-ORDER BY a.xact_start, a.pid
+UNION ALL
+SELECT 'prepared', NULL, p.gid, NULL, extract(epoch FROM clock_timestamp() - p.prepared)::float8,
+       NULL, string_agg(DISTINCT h.tab, ', '), p.owner::text, p.database::text
+FROM held h
+JOIN pg_locks x ON x.locktype = 'transactionid' AND x.pid IS NULL
+  AND x.virtualtransaction = h.vxid
+JOIN pg_prepared_xacts p ON p.transaction = x.transactionid
+WHERE h.pid IS NULL
+GROUP BY p.gid, p.prepared, p.owner, p.database
+ORDER BY 5 DESC NULLS LAST, 2, 3
 """
 
 
 class _Holder(NamedTuple):
-    """One row of ``_HOLDERS``: a session holding some of the tables."""
+    """One row of ``_HOLDERS``: a session or prepared transaction holding some of the tables."""
 
-    kind: str  # 'autovacuum' (a worker that gives way) or 'session'
-    pid: int
+    kind: str  # 'session', 'autovacuum' (a worker that gives way) or 'prepared'
+    pid: int | None  # a session's
+    gid: str | None  # a prepared transaction's
     state: str | None
-    age: float | None  # seconds since its transaction began
+    age: float | None  # seconds since its transaction began (was prepared)
     query: str | None
     tables: str
+    owner: str | None  # a prepared transaction's role and database
+    database: str | None
+
+    def name(self) -> str:
+        return f"pid {self.pid}" if self.gid is None else f"prepared transaction {self._gid()}"
 
     def describe(self) -> str:
         age = "?" if self.age is None else f"{self.age:.0f}"
+        if self.gid is None:
+            what = f"{self.state} for {age} s, last query {self.query!r}"
+        else:
+            what = f"prepared {age} s ago by role {self.owner} on database {self.database}"
+        return f"{self.name()} ({what}) holds a lock on {self.tables}"
+
+    def end(self) -> str:
+        """How to end it."""
+        if self.gid is None:
+            return _END
         return (
-            f"pid {self.pid} ({self.state} for {age} s, last query {self.query!r}) "
-            f"holds a lock on {self.tables}"
+            f"finish prepared transaction {self._gid()} from a session on database "
+            f"{self.database}: COMMIT PREPARED {self._gid()} or ROLLBACK PREPARED "
+            f"{self._gid()}, whichever its transaction manager meant (no session runs it: "
+            "pg_terminate_backend cannot end it)"
         )
+
+    def _gid(self) -> str:
+        return "'" + str(self.gid).replace("'", "''") + "'"  # as SQL spells it
 
 
 class _Held(Exception):
@@ -310,29 +349,30 @@ class _Attempts:
             log.warning(
                 "job schema %r: migration waits for a lock held by %s; trying again for up to %g s",
                 self.names.schema,
-                ", ".join(f"pid {h.pid}" for h in _named(holders)) or "another session",
+                ", ".join(h.name() for h in _named(holders)) or "another session",
                 MIGRATE_FOR,
             )
         return min(pause, left)
 
     def _explain(self, holders: list[_Holder]) -> str:
         target = "" if self.found is None else f" from version {self.found}"
-        held = "; ".join(h.describe() for h in _named(holders))
+        named = _named(holders)
+        held = "; ".join(h.describe() for h in named)
+        end = "; ".join(dict.fromkeys(h.end() for h in named)) or _END
         return (
             f"cannot migrate job schema {self.names.schema!r}{target} to {ddl.VERSION}: other "
-            f"sessions held its tables through {self.tries} attempts over {MIGRATE_FOR:g} s "
+            f"transactions held its tables through {self.tries} attempts over {MIGRATE_FOR:g} s "
             f"(an attempt waits at most {LOCK_WAIT:g} s for a lock, and none while a "
             "transaction older than that holds one), and waiting longer would stop every "
-            f"worker and enqueue behind it. {held or _NOBODY}. End that "
-            "transaction (or pg_terminate_backend(pid)), or migrate at deploy time "
-            "(await backend.migrate()) while no transaction holds the job tables"
+            f"worker and enqueue behind it. {held or _NOBODY}. {end[0].upper()}{end[1:]}, or "
+            "migrate at deploy time (await backend.migrate()) while no transaction holds the "
+            "job tables"
         )
 
 
 _ALTERS = re.compile(r'(?:ALTER TABLE|CREATE INDEX[^;]*? ON)\s+"\w+"\.(\w+)')
-_NOBODY = (
-    "No session holds them now (a prepared transaction would not show here: see pg_prepared_xacts)"
-)
+_NOBODY = "No transaction holds them now"
+_END = "end that transaction (or pg_terminate_backend(pid))"
 
 
 def _holders(rows: Sequence[Any]) -> list[_Holder]:

@@ -6,7 +6,7 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -26,14 +26,19 @@ def _postgres_reachable() -> bool:
         return False
 
 
+def missing(message: str) -> NoReturn:
+    """What a test needs of a server is missing: under CI=true it fails, else it skips
+    (visibly); ``make services`` sets up what it says."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{message}; CI needs every server as `make services` sets it up")
+    pytest.skip(message)
+
+
 @pytest.fixture
 def postgres_dsn() -> str:
     """The test database's DSN; under CI=true a missing server fails, else the test skips."""
     if "127.0.0.1:5432" in POSTGRES_DSN and not _postgres_reachable():
-        message = "postgres is not reachable on 127.0.0.1:5432"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"{message}; CI needs every server (run `make services`)")
-        pytest.skip(message)
+        missing("postgres is not reachable on 127.0.0.1:5432")
     return POSTGRES_DSN
 
 

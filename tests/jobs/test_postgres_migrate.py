@@ -23,6 +23,8 @@ from batchy_contrib.jobs import _postgres_schema
 from batchy_contrib.jobs._postgres_sql import VERSION
 from batchy_contrib.jobs.postgres import MigrationTimeout, PostgresBackend, SchemaVersionError
 
+from .conftest import missing
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -55,6 +57,26 @@ def app_transaction(postgres_dsn: str, at_version_8: str) -> Iterator[psycopg.Co
     )
     yield conn
     conn.close()
+
+
+@pytest.fixture
+def prepared_transaction(postgres_dsn: str, at_version_8: str) -> Iterator[str]:
+    """An application's transaction that enqueued into the jobs table and was prepared
+    (two-phase commit), with a quote in its gid: no session runs it, its locks stay."""
+    gid = f"app's {at_version_8}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        if conn.execute("SHOW max_prepared_transactions").fetchone() == ("0",):
+            missing("PostgreSQL refuses PREPARE TRANSACTION (max_prepared_transactions = 0)")
+        conn.execute("BEGIN")
+        conn.execute(
+            f'INSERT INTO "{at_version_8}".jobs (id, queue, payload, due) '
+            "VALUES ('app', 'default', '{}', 0)"
+        )
+        conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(gid))
+    yield gid
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (gid,)).fetchone():
+            conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(gid))
 
 
 def _version(dsn: str, schema: str) -> int:
@@ -105,7 +127,7 @@ async def test_a_migration_behind_an_open_transaction_gives_up_and_names_it(
     message = str(errors[0])
     pid = app_transaction.info.backend_pid
     assert message.startswith(
-        f"cannot migrate job schema {at_version_8!r} from version 8 to {VERSION}: other sessions "
+        f"cannot migrate job schema {at_version_8!r} from version 8 to {VERSION}: other transactions "
         "held its tables through "
     )
     assert " attempts over 2 s (an attempt waits at most 0.2 s for a lock, and none while a " in (
@@ -176,6 +198,41 @@ def test_a_blocking_push_checks_the_schema_again_after_a_failed_migration(
         assert _version(postgres_dsn, at_version_8) == VERSION
     finally:
         asyncio.run(store.close())
+
+
+@pytest.mark.usefixtures("quick")
+async def test_a_migration_behind_a_prepared_transaction_gives_up_and_names_it(
+    postgres_dsn: str, at_version_8: str, prepared_transaction: str
+) -> None:
+    """A prepared transaction's locks have no session: the look at the tables' holders
+    missed it, every attempt waited for its lock (and every read of the jobs table
+    behind it), and MigrationTimeout named nobody."""
+    await asyncio.sleep(0.3)  # prepared longer ago than LOCK_WAIT
+    store = PostgresBackend(postgres_dsn, schema=at_version_8)
+    migrating = asyncio.ensure_future(asyncio.wait_for(store.migrate(), 20))
+    try:
+        slowest, waiting = await _reads(postgres_dsn, at_version_8, migrating)
+        with pytest.raises(MigrationTimeout) as raised:
+            await migrating
+    finally:
+        await store.close()
+    assert waiting < 0.1, (slowest, waiting)  # no attempt asked for the tables' locks
+    message = str(raised.value)
+    gid = "'app''s " + at_version_8 + "'"  # as SQL spells it
+    assert (
+        f"worker and enqueue behind it. prepared transaction {gid} (prepared 2 s ago by role "
+        f"postgres on database test) holds a lock on {at_version_8}.jobs. Finish prepared "
+        f"transaction {gid} from a session on database test: COMMIT PREPARED {gid} or "
+        f"ROLLBACK PREPARED {gid}, whichever its transaction manager meant (no session runs "
+        "it: pg_terminate_backend cannot end it), or migrate at deploy time " in message
+    )
+    assert _version(postgres_dsn, at_version_8) == 8
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"COMMIT PREPARED {gid}")  # as the message says
+    again = PostgresBackend(postgres_dsn, schema=at_version_8)
+    await again.migrate()
+    await again.close()
+    assert _version(postgres_dsn, at_version_8) == VERSION
 
 
 @pytest.mark.usefixtures("quick")
