@@ -1,21 +1,44 @@
 """Reading the PostgreSQL job store for people: where a job is, ``batchy info``'s counts, the keys.
 
 Nothing here changes a job; each function runs on a connection the store lends it.
+
+The ordering keys are read as the store's functions read (see the note in
+``_postgres_cycle``), on a connection from :func:`indexed`: statistics taken
+while the table was nearly empty (a new queue, analyzed before its first
+backlog) make a scan of every job look cheaper than the index of keyed jobs,
+and each look at the keys (a dashboard's, on every refresh) then read the whole
+jobs table twice. The other reads here find a job by its id, or count every
+job (``info``), which reads them all whatever the plan.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from batchy.jobs import Backend, Info, JobStatus, KeyInfo, QueueInfo, WorkerInfo
 
 from ._postgres_schema import Names
 
-__all__ = ["info", "keys", "status"]
+__all__ = ["indexed", "info", "keys", "status"]
 
 Conn = psycopg.AsyncConnection[Any]
+
+# Local to the transaction: the pool's connection goes back with the server's defaults.
+_AS_THE_STEPS = "SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
+
+
+@contextlib.asynccontextmanager
+async def indexed(pool: AsyncConnectionPool[Any]) -> AsyncIterator[Conn]:
+    """A connection of ``pool`` in a transaction planned as the store's functions are
+    (``enable_seqscan = off``, ``jit = off``)."""
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute(_AS_THE_STEPS)
+        yield conn
 
 
 async def _all(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> list[Any]:

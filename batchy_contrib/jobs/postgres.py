@@ -458,7 +458,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
     # -- reading ---------------------------------------------------------------------
 
     async def keys(self, now: float, limit: int = 10) -> tuple[list[KeyInfo], list[KeyInfo]]:
-        async with (await self.pool()).connection() as conn:
+        async with _read.indexed(await self.pool()) as conn:
             return self.rank_keys(await _read.keys(conn, self.names, now), limit)
 
     async def status(self, job_id: str, now: float) -> JobStatus:

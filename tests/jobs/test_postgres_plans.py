@@ -206,6 +206,16 @@ async def test_a_keyed_backlog_that_came_after_the_statistics_is_not_read_per_tu
     assert work(store.plans) < 40 * OWN, store.plans  # 20,000 more for version 9's
 
 
+async def free_jobs(store: Explained, dsn: str, schema: str, analyzed: str) -> None:
+    """N jobs without keys in a new store, pushed after the empty table's statistics
+    when ``analyzed`` is "while empty"."""
+    await store.migrate()
+    if analyzed == "while empty":
+        analyze(dsn, schema)
+    for i in range(0, N, 1000):
+        await store.push([Envelope(f"free{j:05d}", "q", "{}") for j in range(i, i + 1000)], 0.0)
+
+
 @pytest.mark.parametrize("analyzed", ["while empty", "before the backlog had keys"])
 async def test_a_keyed_push_reads_its_own_keys_not_the_table(
     postgres_dsn: str, postgres_schema: str, explained: Callable[..., Explained], analyzed: str
@@ -213,11 +223,7 @@ async def test_a_keyed_push_reads_its_own_keys_not_the_table(
     """A push looks each key up (is there a head already?): one probe of the key index,
     whatever the statistics, not a scan of the jobs (for a new key, all of them)."""
     store = explained()
-    await store.migrate()
-    if analyzed == "while empty":
-        analyze(postgres_dsn, postgres_schema)
-    for i in range(0, N, 1000):
-        await store.push([Envelope(f"free{j:05d}", "q", "{}") for j in range(i, i + 1000)], 0.0)
+    await free_jobs(store, postgres_dsn, postgres_schema, analyzed)
     if analyzed == "before the backlog had keys":
         analyze(postgres_dsn, postgres_schema)
     for i in range(0, N, 1000):
@@ -230,6 +236,31 @@ async def test_a_keyed_push_reads_its_own_keys_not_the_table(
     behind = [Envelope(f"next{j:03d}", "k", "{}", key=f"k{j}") for j in range(OWN)]
     assert await store.push(fresh + behind, 0.0) == [True] * (2 * OWN)
     assert work(store.plans) < 40 * OWN, store.plans
+
+
+@pytest.mark.parametrize("analyzed", ["while empty", "with the backlog"])
+async def test_the_keys_view_reads_the_keyed_jobs_not_the_table(
+    postgres_dsn: str, postgres_schema: str, explained: Callable[..., Explained], analyzed: str
+) -> None:
+    """An operator's look at the ordering keys (``Admin.keys``, the dashboard's keys
+    page on every refresh) ran with the plain planner: statistics of an empty table
+    made it scan all the jobs twice, 40,000 rows for 1,000 keyed jobs of 20,000."""
+    store = explained()
+    await free_jobs(store, postgres_dsn, postgres_schema, analyzed)
+    keyed = [Envelope(f"keyed{j:04d}", "k", "{}", key=f"k{j // 2:03d}") for j in range(1000)]
+    await store.push(keyed, 0.0)
+    if analyzed == "with the backlog":
+        analyze(postgres_dsn, postgres_schema)
+    store.plans.clear()
+    busiest, stalled = await store.keys(time.time(), limit=3)
+    assert [(k.key, k.jobs, k.head, k.state) for k in busiest] == [
+        ("k000", 2, "keyed0000", "queued"),
+        ("k001", 2, "keyed0002", "queued"),
+        ("k002", 2, "keyed0004", "queued"),
+    ]
+    assert stalled == []
+    # The keyed jobs' rows, a few times each (index, heap, groups, heads): not the table.
+    assert work(store.plans) < 10 * len(keyed), store.plans
 
 
 async def test_a_turn_that_prunes_reads_little_and_compiles_nothing(
