@@ -107,6 +107,7 @@ from ._records import (
 )
 from ._redact import password_of, redact
 from ._screen import check_envelopes, screen_outcomes
+from ._status_sql import status_select
 
 __all__ = ["COUNTS_KEPT", "DEAD_MAX", "DEAD_MAX_AGE", "Backend"]
 
@@ -234,6 +235,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def status(self, job_id: str, now: float) -> JobStatus:
         """Where the job is now, and its result when it is done and kept."""
+
+    async def statuses(self, job_ids: Sequence[str], now: float) -> list[JobStatus]:
+        """:meth:`status` of each of ``job_ids``, in order, read in one round trip where the
+        store can (``result()``'s waiters share these reads). The default asks one by one."""
+        return [await self.status(job_id, now) for job_id in job_ids]
 
     @abc.abstractmethod
     async def info(self, now: float) -> Info:
@@ -398,6 +404,9 @@ class Backend(abc.ABC):
         for worker, job_id in leases:
             held.setdefault(worker, []).append(job_id)
         return tuple(replace(w, running=tuple(sorted(held.get(w.id, ())))) for w in workers)
+
+    #: For SQL stores: one query of many jobs' statuses (see :meth:`statuses`).
+    status_select = staticmethod(status_select)
 
     #: ``location`` (a URL or a libpq ``key=value`` string) with any password masked.
     redact = staticmethod(redact)

@@ -258,7 +258,13 @@ class MemoryBackend(Backend):
         self._workers.pop(worker_id, None)
 
     async def status(self, job_id: str, now: float) -> JobStatus:
+        return (await self.statuses([job_id], now))[0]
+
+    async def statuses(self, job_ids: Sequence[str], now: float) -> list[JobStatus]:
         now = _clock.store_now()
+        return [self._status(job_id, now) for job_id in job_ids]
+
+    def _status(self, job_id: str, now: float) -> JobStatus:
         job = self._jobs.get(job_id)
         if job is not None:
             if job.owner is not None:

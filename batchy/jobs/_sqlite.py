@@ -63,7 +63,7 @@ from ._sqlite_counts import TABLE as COUNTS_TABLE
 from ._sqlite_kept import KeptRecords
 from ._sqlite_lock import Transaction as _Transaction
 from ._sqlite_lock import Waits, check_busy_timeout, read
-from ._sqlite_read import read_info, read_keys, read_status
+from ._sqlite_read import read_info, read_keys, read_statuses
 from ._sqlite_runs import TABLE as RUNS_TABLE
 from ._sqlite_size import (
     check_lengths,
@@ -352,7 +352,10 @@ class SQLiteBackend(KeptRecords, Backend):
     # -- reading ---------------------------------------------------------------------
 
     async def status(self, job_id: str, now: float) -> JobStatus:
-        return await self._read(lambda: read_status(self._db, job_id, _clock.store_now()))
+        return (await self.statuses([job_id], now))[0]
+
+    async def statuses(self, job_ids: Sequence[str], now: float) -> list[JobStatus]:
+        return await self._read(lambda: read_statuses(self._db, job_ids, _clock.store_now()))
 
     async def info(self, now: float) -> Info:
         return await self._read(lambda: read_info(self._db, _clock.store_now()))

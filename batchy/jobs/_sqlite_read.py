@@ -6,33 +6,28 @@ Nothing here changes a job; the store calls these under its lock.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from ._backend import Backend
 from ._model import Info, JobStatus, KeyInfo, QueueInfo, WorkerInfo
-from ._sqlite_tx import RUNNING
+from ._sqlite_tx import RUNNING, chunks
+from ._status_sql import status_select
 
-__all__ = ["read_info", "read_keys", "read_status"]
+__all__ = ["read_info", "read_keys", "read_statuses"]
 
 
-def read_status(db: sqlite3.Connection, job_id: str, now: float) -> JobStatus:
-    """Where the job is at ``now`` (the store's clock), with its result when kept."""
-    row = db.execute("SELECT state, due, retrying FROM jobs WHERE id = ?", (job_id,)).fetchone()
-    if row is not None:
-        state, due, retrying = row
-        if state == RUNNING:
-            return JobStatus(job_id, "running")
-        if due > now:
-            return JobStatus(job_id, "retrying" if retrying else "scheduled")
-        return JobStatus(job_id, "queued")
-    dead = db.execute("SELECT reason FROM dead WHERE id = ?", (job_id,)).fetchone()
-    if dead is not None:
-        return JobStatus(job_id, "dead", reason=dead[0])
-    done = db.execute(
-        "SELECT result FROM results WHERE id = ? AND expires >= ?", (job_id, now)
-    ).fetchone()
-    if done is not None:
-        return JobStatus(job_id, "done", result=done[0])
-    return JobStatus(job_id, "unknown")
+def read_statuses(db: sqlite3.Connection, job_ids: Sequence[str], now: float) -> list[JobStatus]:
+    """Where each job is at ``now`` (the store's clock), with its result when kept.
+
+    One statement per :func:`chunks` of ids, each table read by primary key, so
+    ``result()``'s waiters cost the store one read per poll however many they are.
+    """
+    found: dict[str, JobStatus] = {}
+    for chunk in chunks(list(dict.fromkeys(job_ids))):
+        query = status_select("?", "VALUES " + ",".join(["(?)"] * len(chunk)))
+        for row in db.execute(query, (now, *chunk)):
+            found[row[0]] = JobStatus(*row)
+    return [found[job_id] for job_id in job_ids]
 
 
 def read_info(db: sqlite3.Connection, now: float) -> Info:

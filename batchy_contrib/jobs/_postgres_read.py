@@ -14,7 +14,7 @@ job (``info``), which reads them all whatever the plan.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import psycopg
@@ -24,7 +24,7 @@ from batchy.jobs import Backend, Info, JobStatus, KeyInfo, QueueInfo, WorkerInfo
 
 from ._postgres_schema import Names
 
-__all__ = ["indexed", "info", "keys", "status"]
+__all__ = ["indexed", "info", "keys", "statuses"]
 
 Conn = psycopg.AsyncConnection[Any]
 
@@ -77,30 +77,12 @@ async def keys(conn: Conn, names: Names, now: float) -> list[KeyInfo]:
     return found
 
 
-async def status(conn: Conn, names: Names, job_id: str) -> JobStatus:
-    """Where the job is now, with its result when kept."""
-    rows = await _all(
-        conn,
-        names.sql(
-            "SELECT 1, 'job', state::text, due > {s}.clock(), retrying FROM {s}.jobs "
-            "WHERE id = %s UNION ALL SELECT 2, 'dead', reason, NULL, NULL FROM {s}.dead "
-            "WHERE id = %s UNION ALL SELECT 3, 'done', result, NULL, NULL "
-            "FROM {s}.results WHERE id = %s AND expires >= {s}.clock() ORDER BY 1"
-        ),
-        (job_id, job_id, job_id),
-    )
-    if not rows:
-        return JobStatus(job_id, "unknown")
-    _, where, value, later, retrying = rows[0]
-    if where == "dead":
-        return JobStatus(job_id, "dead", reason=value)
-    if where == "done":
-        return JobStatus(job_id, "done", result=value)
-    if value == "1":
-        return JobStatus(job_id, "running")
-    if later:
-        return JobStatus(job_id, "retrying" if retrying else "scheduled")
-    return JobStatus(job_id, "queued")
+async def statuses(conn: Conn, names: Names, job_ids: Sequence[str]) -> list[JobStatus]:
+    """Where each job is now, with its result when kept: one statement for all of them."""
+    query = Backend.status_select("{s}.clock()", "SELECT unnest(%s::text[])", "{s}.")
+    rows = await _all(conn, names.sql(query), (list(dict.fromkeys(job_ids)),))
+    found = {row[0]: JobStatus(*row) for row in rows}
+    return [found[job_id] for job_id in job_ids]
 
 
 async def info(conn: Conn, names: Names) -> Info:

@@ -324,21 +324,27 @@ return lost
 # leases ran out on live workers and their jobs were claimed again and again.
 HEARTBEAT_OOM = "#!lua flags=allow-oom\n" + HEARTBEAT
 
+# Each id's {state, dead info or result} (the ids: ARGV[2] on), in one round trip
+# however many jobs result()'s waiters wait on.
 STATUS = (
     LIB
     + """
-local id, now = ARGV[2], tonumber(ARGV[3])
-if redis.call('ZSCORE', p..'leases', id) then return {'running'} end
-if redis.call('ZSCORE', p..'retry', id) then return {'retrying'} end
-if redis.call('ZSCORE', p..'sched', id) then return {'scheduled'} end
-if redis.call('HEXISTS', p..'jobs', id) == 1 then return {'queued'} end
-local dead = redis.call('HGET', p..'deadinfo', id)
-if dead then return {'dead', dead} end
-local done = redis.call('GET', p..'done:'..id)
-if done then return {'done', unpack_done(done)[1]} end
-local result = redis.call('GET', p..'result:'..id)  -- kept by an earlier release
-if result then return {'done', result} end
-return {'unknown'}
+local function status(id)
+  if redis.call('ZSCORE', p..'leases', id) then return {'running'} end
+  if redis.call('ZSCORE', p..'retry', id) then return {'retrying'} end
+  if redis.call('ZSCORE', p..'sched', id) then return {'scheduled'} end
+  if redis.call('HEXISTS', p..'jobs', id) == 1 then return {'queued'} end
+  local dead = redis.call('HGET', p..'deadinfo', id)
+  if dead then return {'dead', dead} end
+  local done = redis.call('GET', p..'done:'..id)
+  if done then return {'done', unpack_done(done)[1]} end
+  local result = redis.call('GET', p..'result:'..id)  -- kept by an earlier release
+  if result then return {'done', result} end
+  return {'unknown'}
+end
+local found = {}
+for i = 2, #ARGV do found[#found + 1] = status(ARGV[i]) end
+return found
 """
 )
 

@@ -462,8 +462,11 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
             return self.rank_keys(await _read.keys(conn, self.names, now), limit)
 
     async def status(self, job_id: str, now: float) -> JobStatus:
+        return (await self.statuses([job_id], now))[0]
+
+    async def statuses(self, job_ids: Sequence[str], now: float) -> list[JobStatus]:
         async with (await self.pool()).connection() as conn:
-            return await _read.status(conn, self.names, job_id)
+            return await _read.statuses(conn, self.names, job_ids)
 
     async def info(self, now: float) -> Info:
         async with (await self.pool()).connection() as conn:

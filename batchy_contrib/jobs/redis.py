@@ -368,13 +368,20 @@ class RedisBackend(RedisOperating, views.RedisViews):
             await pipe.execute()
 
     async def status(self, job_id: str, now: float) -> JobStatus:
-        found = await self._run("status", job_id, now)
-        state = found[0]
-        if state == "dead":
-            return JobStatus(job_id, "dead", reason=json.loads(found[1])["reason"])
-        if state == "done":
-            return JobStatus(job_id, "done", result=found[1] or None)
-        return JobStatus(job_id, state)
+        return (await self.statuses([job_id], now))[0]
+
+    async def statuses(self, job_ids: Sequence[str], now: float) -> list[JobStatus]:
+        if not job_ids:
+            return []  # (no round trip for nothing)
+        statuses, found = [], await self._run("status", *job_ids)
+        for job_id, (state, *value) in zip(job_ids, found, strict=True):
+            if state == "dead":
+                statuses.append(JobStatus(job_id, "dead", reason=json.loads(value[0])["reason"]))
+            elif state == "done":
+                statuses.append(JobStatus(job_id, "done", result=value[0] or None))
+            else:
+                statuses.append(JobStatus(job_id, state))
+        return statuses
 
     async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:
         ids = await self.redis.zrevrange(self.prefix + "dead", 0, limit - 1, withscores=True)

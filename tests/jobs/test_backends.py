@@ -981,3 +981,40 @@ async def test_a_result_that_could_not_be_kept_is_not_taken_for_none(queue: Queu
         "or was too long for the store; the worker logged which): return plain JSON values, "
         "a reference to large data"
     )
+
+
+async def test_statuses_reads_each_state_as_status_does(backend: Backend) -> None:
+    # Every store's statuses() answers each id as its status() does, live jobs
+    # before dead or done ones of the same id, duplicates and unknown ids alike.
+    now = time.time()
+    pushed = [
+        Envelope("running", "q", "{}"),
+        Envelope("retrying", "q", "{}"),
+        Envelope("dead", "q", "{}"),
+        Envelope("done", "q", "{}"),
+        Envelope("unkept", "q", "{}"),
+        Envelope("dead-again", "q", "{}"),
+    ]
+    await backend.push(pushed, now)
+    claims = await backend.cycle([], ["q"], 10, "w", 60.0, now)
+    tokens = {c.id: c.token for c in claims}
+    outcomes = [
+        Outcome("retrying", "retry", "q", "{}", due=now + 600, token=tokens["retrying"]),
+        Outcome("dead", "dead", "q", reason="ValueError: no", token=tokens["dead"]),
+        Outcome("dead-again", "dead", "q", reason="gone", token=tokens["dead-again"]),
+        Outcome("done", "done", "q", result='"yes"', keep=60, token=tokens["done"]),
+        Outcome("unkept", "done", "q", result=None, keep=60, token=tokens["unkept"]),
+    ]
+    assert not (await backend.cycle(outcomes, [], 0, "w", 60.0, now)).refused
+    again = [Envelope("queued", "q", "{}"), Envelope("dead-again", "q", "{}")]
+    await backend.push([*again, Envelope("scheduled", "q", "{}", due=now + 600)], now)
+    ids = ["queued", "scheduled", "running", "retrying", "dead", "done", "unkept", "dead-again"]
+    ids += ["never", "done", "queued"]
+    found = await backend.statuses(ids, time.time())
+    states = ["queued", "scheduled", "running", "retrying", "dead", "done", "done", "queued"]
+    states += ["unknown", "done", "queued"]
+    assert [(s.id, s.state) for s in found] == list(zip(ids, states, strict=True))
+    assert found[4].reason == "ValueError: no" and found[5].result == '"yes"'
+    assert found[6].result is None and found[7].reason == "" and found[0].result is None
+    assert await backend.statuses([], time.time()) == []
+    assert [await backend.status(i, time.time()) for i in ids] == found

@@ -11,6 +11,7 @@ every 100) with 500 and with 5,000 jobs running in other workers.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -96,3 +97,17 @@ def test_a_keyed_push_costs_the_same_whatever_the_backlog(tmp_path: Path) -> Non
     few = asyncio.run(_push_work(tmp_path / "few.db", 500))
     many = asyncio.run(_push_work(tmp_path / "many.db", 5_000))
     assert many <= few * 1.2 + 5, (few, many)
+
+
+def test_statuses_read_each_job_by_its_id(tmp_path: Path) -> None:
+    """The shared read of result()'s waiters looks each id up in each table's key."""
+    store = SQLiteBackend(str(tmp_path / "jobs.db"))
+    try:
+        query = "EXPLAIN QUERY PLAN " + store.status_select("?", "VALUES (?),(?)")
+        plan = [row[3] for row in store._db.execute(query, (0.0, "a", "b"))]
+    finally:
+        asyncio.run(store.close())
+    # (SQLite before 3.36 writes "SEARCH TABLE jobs AS j ...", later "SEARCH j ...".)
+    for table in ("jobs", "dead", "results"):
+        assert any(f"USING INDEX sqlite_autoindex_{table}_1 (id=?)" in step for step in plan)
+    assert not [s for s in plan if re.match(r"SCAN (TABLE \w+ AS )?[jdr]\b", s)], plan
