@@ -7,7 +7,6 @@ below the queue and the worker, and neither is imported from here.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import numbers
 import time
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import _clock
 from ._errors import DelayError, JobError
 from ._times import delay_problem
+from ._waiters import Waiter
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -65,41 +65,48 @@ class Handle:
 
         Raises :class:`DeadJobError` if it died, :class:`ResultNotKept` if the store
         does not know it or its result could not be kept, and ``TimeoutError`` after
-        ``timeout`` seconds (<= 0: read once). The store is read every ``poll``
-        seconds (finite, > 0); a NaN timeout or such a poll raises :class:`DelayError`.
+        ``timeout`` seconds (<= 0: read once). The job is read at least every
+        ``poll`` seconds (finite, > 0); a NaN timeout or such a poll raises
+        :class:`DelayError`. The waiters of one store in one event loop share their
+        reads: one per the smallest ``poll`` among them, however many wait.
         """
         _check_wait(self.id, timeout, poll)
-        # Like asyncio.timeout(), a timeout <= 0 reads the job once; infinity is None.
-        deadline = None if timeout is None or timeout == math.inf else time.monotonic() + timeout
-        while True:
-            status = await self.status()
-            if status.state == "done":
-                if status.result is None:  # (a None result is kept as "null")
-                    raise ResultNotKept(
-                        f"job {self.id} finished, but its result could not be kept (it did "
-                        "not serialize, or was too long for the store; the worker logged "
-                        "which): return plain JSON values, a reference to large data"
+        # Like asyncio.timeout(), a timeout <= 0 reads the job once; infinity is none.
+        deadline = math.inf
+        if timeout is not None and timeout != math.inf:
+            deadline = time.monotonic() + timeout
+        waiter = Waiter(self.queue.backend, self.id, poll, deadline)
+        try:
+            while True:
+                status = await waiter.next()
+                if status.state == "done":
+                    if status.result is None:  # (a None result is kept as "null")
+                        raise ResultNotKept(
+                            f"job {self.id} finished, but its result could not be kept (it "
+                            "did not serialize, or was too long for the store; the worker "
+                            "logged which): return plain JSON values, a reference to large data"
+                        )
+                    return self.queue.serializer.loads(status.result)
+                if status.state == "dead":
+                    raise DeadJobError(
+                        f"job {self.id} is dead: {status.reason}; see `batchy dead list` and "
+                        "retry it with `batchy dead retry ID` once fixed"
                     )
-                return self.queue.serializer.loads(status.result)
-            if status.state == "dead":
-                raise DeadJobError(
-                    f"job {self.id} is dead: {status.reason}; see `batchy dead list` and "
-                    "retry it with `batchy dead retry ID` once fixed"
-                )
-            if status.state == "unknown":
-                raise ResultNotKept(
-                    f"job {self.id} is not known to {self.queue.backend!r}: it was never "
-                    "enqueued there, or it finished and its result was not kept; set "
-                    "keep_result= (seconds) on the job or the queue to keep results"
-                )
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"job {self.id} is still {status.state} after {timeout}s; wait longer, "
-                    "or check that a worker runs its queue (`batchy info`)"
-                )
-            # Never sleep past the deadline: a poll longer than the timeout would.
-            left = poll if deadline is None else deadline - time.monotonic()
-            await asyncio.sleep(max(0.0, min(poll, left)))
+                if status.state == "unknown":
+                    raise ResultNotKept(
+                        f"job {self.id} is not known to {self.queue.backend!r}: it was never "
+                        "enqueued there, or it finished and its result was not kept; set "
+                        "keep_result= (seconds) on the job or the queue to keep results"
+                    )
+                # The read at the deadline is the last (a poll longer than the timeout
+                # is cut to it: see _waiters).
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"job {self.id} is still {status.state} after {timeout}s; wait "
+                        "longer, or check that a worker runs its queue (`batchy info`)"
+                    )
+        finally:
+            waiter.leave()
 
 
 def _check_wait(job_id: str, timeout: object, poll: object) -> None:
