@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from batchy.jobs import ConfigError, JobNotFound, JobStateError, Queue
 
@@ -86,13 +87,9 @@ def create_app(
         queue, read_only=read_only, tokens=Tokens(secret_bytes), refresh=refresh, title=title
     )
     static = StaticFiles(packages=[("batchy_contrib.dashboard", "static")])
-    app = Starlette(
+    app = _App(
         routes=[*_pages.ROUTES, *_actions.ROUTES, Mount("/static", static, name="static")],
-        # Outermost, so the auth hook's refusals (a 401 page) carry the headers too.
-        middleware=[
-            Middleware(Headers),
-            *([Middleware(AuthGate, auth=auth)] if auth is not None else []),
-        ],
+        middleware=[Middleware(AuthGate, auth=auth)] if auth is not None else [],
         exception_handlers={
             JobNotFound: _refused(404),
             JobStateError: _refused(409),
@@ -102,6 +99,17 @@ def create_app(
     )
     app.state.dashboard = dashboard
     return app
+
+
+class _App(Starlette):
+    """The dashboard's Starlette app, with :class:`Headers` around everything it sends."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        # Starlette puts its own error middleware (which draws the 500 page, with
+        # _failed) outside every middleware it is given: wrap the whole stack, so
+        # that page carries the headers too, as do the 404s, 405s and the auth
+        # hook's refusals.
+        return Headers(super().build_middleware_stack())
 
 
 async def _failed(request: Request, error: Exception) -> Response:

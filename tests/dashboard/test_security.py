@@ -334,3 +334,51 @@ async def test_serve_prints_the_warning_before_it_listens(
     assert "give --auth (or --read-only)" in err
     await serve(Queue(MemoryBackend()), host="127.0.0.1", port=8123)
     assert capsys.readouterr().err == ""
+
+
+async def test_error_pages_keep_out_of_other_sites_frames_too(
+    mem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A page that failed (an exception in a route, a store that raised) was drawn by
+    # Starlette's outermost error middleware, outside the one that adds the headers:
+    # the 500 page could be framed, and sniffed into another type.
+    board, _ = mem
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the store broke")
+
+    monkeypatch.setattr(board.queue.admin, "info", broken)
+    app = create_app(board.queue, secret_key=SECRET)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash") as c:
+        answers = {
+            "store raised": await c.get("/"),
+            "no such page": await c.get("/no/such/page"),
+            "no such file": await c.get("/static/nothing.css"),
+            "GET of an action": await c.get("/actions/delete"),
+            "HEAD": await c.head("/keys"),
+            "OPTIONS": await c.options("/keys"),
+        }
+
+    def auth(request: Request) -> bool:
+        raise RuntimeError("the user directory broke")
+
+    app = create_app(board.queue, secret_key=SECRET, auth=auth)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash") as c:
+        answers["auth hook raised"] = await c.get("/dead")
+    assert {what: a.status_code for what, a in answers.items()} == {
+        "store raised": 500,
+        "no such page": 404,
+        "no such file": 404,
+        "GET of an action": 405,
+        "HEAD": 200,
+        "OPTIONS": 405,
+        "auth hook raised": 500,
+    }
+    assert "the dashboard failed on this page" in answers["store raised"].text
+    for what, answer in answers.items():
+        assert answer.headers.get("x-frame-options") == "SAMEORIGIN", what
+        assert "frame-ancestors 'self'" in answer.headers["content-security-policy"], what
+        assert answer.headers["x-content-type-options"] == "nosniff", what
+        assert answer.headers["referrer-policy"] == "same-origin", what
