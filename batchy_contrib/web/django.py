@@ -43,8 +43,6 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
-    Iterable,
-    Iterator,
 )
 from typing import Any, TypeVar
 
@@ -56,7 +54,7 @@ with extra(__name__, "'batchy[django]'", "asgiref", "django"):
 
 import batchy
 
-from .request_stats import RequestStats, current_stats, serving, track
+from .request_stats import RequestStats, Served, current_stats, serving, track
 from .request_stats import run as run_in_request
 
 __all__ = [
@@ -163,18 +161,8 @@ class BatchyMiddleware:
             if hasattr(content, "__aiter__"):
                 response.streaming_content = _served_async(content, stats)
             else:
-                response.streaming_content = _served(content, stats)
+                response.streaming_content = Served(content, stats)
         return response
-
-
-def _served(content: Iterable[Any], stats: RequestStats) -> Iterator[Any]:
-    chunks = iter(content)
-    while True:
-        with serving(stats):
-            chunk = next(chunks, _END)
-        if chunk is _END:
-            return
-        yield chunk
 
 
 async def _served_async(content: AsyncIterable[Any], stats: RequestStats) -> AsyncIterator[Any]:

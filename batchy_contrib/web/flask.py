@@ -21,21 +21,22 @@ per loader, time) to the ``batchy.requests`` logger. The request's
 request's scope; sync GraphQL execution (strawberry's ``GraphQLView`` with
 :data:`batchy_contrib.graphql.strawberry.execution_context_class`, ``graphql_sync``)
 does the same by itself. ``async def`` views, which Flask runs through asgiref
-on a loop in another thread, are counted in the request's stats too.
+on a loop in another thread, are counted in the request's stats too, and so is
+a streamed body, which the server reads after the view returned.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from .._extras import extra
 
 with extra(__name__, "'batchy[flask]'", "flask"):
-    from flask import Flask, g, request
+    from flask import Flask, Response, g, request
 
-from .request_stats import RequestStats, counted_here, current_stats, run, track
+from .request_stats import RequestStats, Served, counted_here, current_stats, run, track
 
 __all__ = ["Batchy", "RequestStats", "run"]
 
@@ -52,6 +53,7 @@ class Batchy:
         app.config.setdefault("BATCHY_LOG", False)
         app.extensions["batchy"] = self
         app.before_request(self._open)
+        app.after_request(self._stream)
         app.teardown_request(self._close)
         # Flask runs `async def` views on a loop in another thread: count there too.
         to_sync = app.async_to_sync
@@ -73,6 +75,17 @@ class Batchy:
         name = f"{request.method} {request.path}"
         g.batchy = stack.enter_context(track(name, log_stats=current_app.config["BATCHY_LOG"]))
         g._batchy_exit = stack
+
+    def _stream(self, response: Response) -> Response:
+        # Flask tears the request down before the server reads a streamed body
+        # (stream_with_context too: it pushes the request again, but opens no
+        # scope): each chunk is read back in the request's scope. A file sent
+        # as it is (send_file) loads nothing, and stays the server's to send.
+        stats: RequestStats | None = g.get("batchy")
+        if stats is not None and response.is_streamed and not response.direct_passthrough:
+            chunks: Iterable[Any] = response.response  # str or bytes: encoded after
+            response.response = Served(chunks, stats)
+        return response
 
     def _close(self, error: BaseException | None) -> None:
         stack: contextlib.ExitStack | None = g.pop("_batchy_exit", None)

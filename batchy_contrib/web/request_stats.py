@@ -20,14 +20,23 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
 
 import batchy
 
 T = TypeVar("T")
 
-__all__ = ["RequestStats", "counted_here", "current_stats", "log", "run", "serving", "track"]
+__all__ = [
+    "RequestStats",
+    "Served",
+    "counted_here",
+    "current_stats",
+    "log",
+    "run",
+    "serving",
+    "track",
+]
 
 #: Where :func:`track` logs one line per request when asked to (``log=True``).
 log = logging.getLogger("batchy.requests")
@@ -140,6 +149,32 @@ def serving(stats: RequestStats) -> Iterator[RequestStats]:
             yield stats
     finally:
         _current.reset(token)
+
+
+class Served(Generic[T]):
+    """A streamed response body whose chunks are each read in ``stats``' request (see
+    :func:`serving`): the server reads it after the view returned and the request's
+    :func:`track` ended, so its loads find the view's cache and count in its stats."""
+
+    def __init__(self, content: Iterable[T], stats: RequestStats) -> None:
+        self._chunks = iter(content)
+        # The server closes what it was given, early when the client went away:
+        # the body's own close (a generator's finally blocks) runs in the request too.
+        self._close = getattr(content, "close", None)
+        self._stats = stats
+
+    def __iter__(self) -> Served[T]:
+        return self
+
+    def __next__(self) -> T:
+        with serving(self._stats):
+            return next(self._chunks)
+
+    def close(self) -> None:
+        """Close the body, in the request's scope."""
+        if self._close is not None:
+            with serving(self._stats):
+                self._close()
 
 
 @contextlib.contextmanager

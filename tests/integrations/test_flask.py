@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import batchy
 flask = pytest.importorskip("flask")
 
 from batchy_contrib.web.flask import Batchy, run  # noqa: E402
+from batchy_contrib.web.request_stats import current_stats  # noqa: E402
 
 CALLS: list[list[int]] = []
 
@@ -41,6 +43,19 @@ def make_app() -> Any:
     async def async_view() -> dict[str, Any]:
         users = await page([4, 5])
         return {"users": users, "batchy": flask.g.batchy.as_dict()}
+
+    @app.get("/stream")
+    def streamed() -> Any:
+        run(page([1]))
+
+        def body() -> Iterator[str]:
+            # The server reads this after the view returned and the request was torn down.
+            stats = current_stats()
+            yield f"{stats.name if stats else None}: "
+            yield ", ".join(run(page([1, 2])))  # 1 is in the request's cache
+
+        chunks = body() if flask.request.args.get("plain") else flask.stream_with_context(body())
+        return flask.Response(chunks)
 
     @app.get("/async-run")
     async def async_run() -> dict[str, Any]:
@@ -86,3 +101,14 @@ def test_stats_are_logged(caplog: pytest.LogCaptureFixture) -> None:
     assert caplog.messages == [
         "GET /sync: 2 rounds, 2 calls (users_by_id 2)" + caplog.messages[0].partition(")")[2]
     ]
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["generator", "stream_with_context"])
+def test_a_streamed_body_loads_in_the_request_scope(plain: bool) -> None:
+    # Flask tears the request down before the server reads a streamed body: its
+    # loads ran outside the request's scope (key 1 loaded again, not counted).
+    CALLS.clear()
+    response = make_app().test_client().get("/stream", query_string={"plain": "1"} if plain else {})
+    assert response.get_data(as_text=True) == "GET /stream: user 1, user 2"
+    assert CALLS == [[1], [2]]
+    assert current_stats() is None  # nothing of the request is left on the thread
