@@ -36,6 +36,8 @@ from .._extras import extra
 with extra(__name__, "'batchy[flask]'", "flask"):
     from flask import Flask, Response, g, request
 
+import batchy
+
 from .request_stats import RequestStats, Served, counted_here, current_stats, run, track
 
 __all__ = ["Batchy", "RequestStats", "run"]
@@ -50,6 +52,14 @@ class Batchy:
 
     def init_app(self, app: Flask) -> None:
         """Open a scope before each request and close it when the request is torn down."""
+        if "batchy" in app.extensions:
+            # Twice would open two scopes per request and close one: the other
+            # would stay current on the server's thread after the request.
+            raise batchy.UsageError(
+                f"Batchy(app): the Flask app {app.name!r} has batchy set up already "
+                "(app.extensions['batchy']); set it up once per app, with Batchy(app) or, "
+                "in an app factory, Batchy().init_app(app)"
+            )
         app.config.setdefault("BATCHY_LOG", False)
         app.extensions["batchy"] = self
         app.before_request(self._open)

@@ -112,3 +112,19 @@ def test_a_streamed_body_loads_in_the_request_scope(plain: bool) -> None:
     assert response.get_data(as_text=True) == "GET /stream: user 1, user 2"
     assert CALLS == [[1], [2]]
     assert current_stats() is None  # nothing of the request is left on the thread
+
+
+def test_setting_the_extension_up_twice_names_the_fix() -> None:
+    # A second Batchy(app) opened a second scope per request and closed only one:
+    # the other stayed current on the server's thread after the request, where the
+    # thread's next work found the old request's cache.
+    app = make_app()
+    with pytest.raises(batchy.UsageError) as error:
+        Batchy().init_app(app)
+    assert str(error.value) == (
+        f"Batchy(app): the Flask app {app.name!r} has batchy set up already "
+        "(app.extensions['batchy']); set it up once per app, with Batchy(app) or, in an "
+        "app factory, Batchy().init_app(app)"
+    )
+    assert app.test_client().get("/sync").status_code == 200
+    assert current_stats() is None
