@@ -96,10 +96,22 @@ class RequestStats:
         total = sum(self.calls.values())
         took = f" in {self.duration * 1000:.1f} ms" if self.duration is not None else ""
         shared = f", overlapped {self.overlapped} other request(s)" if self.overlapped else ""
-        return (
+        return _one_line(
             f"{self.name}: {self.rounds} rounds, {total} calls"
             f"{f' ({per})' if per else ''}{shared}{took}"
         )
+
+
+def _one_line(text: str) -> str:
+    """``text`` with what is not printable (line breaks, NUL) escaped as Python would.
+
+    The summary names the request by its path, which the server has
+    percent-decoded: ``%0D%0A`` in a URL must not start a new header in the
+    response (servers refuse to send it) or a forged line in the log.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class _Collector:

@@ -100,6 +100,16 @@ assert b"".join(response.streaming_content) == b"user 1"
 assert calls == [[1]], calls
 
 
+# A path with a line break (GET /feed%0D%0AX-Evil:%201): the X-Batchy header of its
+# summary made Django raise BadHeaderError, so the request was a 500.
+settings.BATCHY = {"HEADER": "X-Batchy"}
+response = bd.BatchyMiddleware(view)(RequestFactory().get("/feed%0D%0AX-Evil:%201"))
+assert response.content == b"done", response
+assert response["X-Batchy"].startswith("GET /feed\\r\\nX-Evil: 1: 0 rounds"), response["X-Batchy"]
+assert "X-Evil" not in response.headers
+settings.BATCHY = {"LOG": False}
+
+
 async def in_async() -> None:
     expect(batchy.UsageError, "in an async view, 'await' the handler", lambda: bd.run(post_view(1)))
 

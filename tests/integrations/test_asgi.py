@@ -146,3 +146,20 @@ async def test_fastapi_dependency() -> None:
         response = await http.get("/users")
     assert response.json()["batchy"]["rounds"] == 2
     assert response.headers["x-batchy"].startswith("GET /users: 2 rounds")
+
+
+async def test_a_path_with_line_breaks_stays_on_one_header_and_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The summary carries the request's path, which the server has percent-decoded:
+    # GET /async%0D%0ASet-Cookie:... put a line break into the X-Batchy header (an
+    # HTTP server refuses to send it, so the request got no response at all) and a
+    # forged line into the log.
+    caplog.set_level(logging.INFO, logger="batchy.requests")
+    async with client(make_app(log=True, header="X-Batchy")) as http:
+        response = await http.get("/async%0D%0ASet-Cookie:%20session=stolen%00")
+    summary = "GET /async\\r\\nSet-Cookie: session=stolen\\x00: 0 rounds, 0 calls"
+    assert response.status_code == 404
+    assert response.headers["x-batchy"].startswith(summary)
+    assert "set-cookie" not in response.headers
+    assert caplog.messages[0].startswith(summary)
