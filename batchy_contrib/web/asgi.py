@@ -23,7 +23,7 @@ from typing import Any
 
 import batchy
 
-from .request_stats import RequestStats, current_stats, run, track
+from .request_stats import NOT_A_HEADER, RequestStats, current_stats, is_header_name, run, track
 
 __all__ = ["BatchyMiddleware", "RequestStats", "current_stats", "run"]
 
@@ -48,9 +48,14 @@ class BatchyMiddleware:
                 f"BatchyMiddleware(app) takes an ASGI application, got {batchy.short_repr(app)}; "
                 "with Starlette or FastAPI, write app.add_middleware(BatchyMiddleware)"
             )
+        if header and not is_header_name(header):  # "" sends none, as None does
+            # Taken as it was, it made the server refuse every response of the app.
+            raise batchy.UsageError(
+                f"BatchyMiddleware(header={header!r}) {NOT_A_HEADER}; e.g. header='X-Batchy'"
+            )
         self.app = app
         self.log = log
-        self.header = header.lower().encode("latin-1") if header else None
+        self.header = header.lower().encode("ascii") if header else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):

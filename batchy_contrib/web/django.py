@@ -54,7 +54,15 @@ with extra(__name__, "'batchy[django]'", "asgiref", "django"):
 
 import batchy
 
-from .request_stats import RequestStats, Served, current_stats, serving, track
+from .request_stats import (
+    NOT_A_HEADER,
+    RequestStats,
+    Served,
+    current_stats,
+    is_header_name,
+    serving,
+    track,
+)
 from .request_stats import run as run_in_request
 
 __all__ = [
@@ -102,10 +110,10 @@ def _settings() -> dict[str, Any]:
             f"{batchy.short_repr(given)}"
         )
     merged = {**_SETTINGS, **given}
-    if merged["HEADER"] is not None and not isinstance(merged["HEADER"], str):
+    if merged["HEADER"] not in (None, "") and not is_header_name(merged["HEADER"]):
         raise DjangoSettingsError(
-            f"settings.BATCHY['HEADER'] is a response header name like 'X-Batchy', got "
-            f"{batchy.short_repr(merged['HEADER'])}"
+            f"settings.BATCHY['HEADER']={batchy.short_repr(merged['HEADER'])} {NOT_A_HEADER}; "
+            "e.g. 'X-Batchy'"
         )
     return merged
 

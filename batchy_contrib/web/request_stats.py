@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import re
 import threading
 import time
 from collections.abc import Awaitable, Iterable, Iterator
@@ -29,14 +30,28 @@ T = TypeVar("T")
 
 __all__ = [
     "RequestStats",
+    "NOT_A_HEADER",
     "Served",
     "counted_here",
     "current_stats",
+    "is_header_name",
     "log",
     "run",
     "serving",
     "track",
 ]
+
+#: What an option naming the stats' response header is told when it names none.
+NOT_A_HEADER = (
+    "is not an HTTP header name (ASCII letters, digits and !#$%&'*+-.^_`|~, no spaces or colons)"
+)
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def is_header_name(name: object) -> bool:
+    """Whether ``name`` may name a response header: servers drop a response with another."""
+    return isinstance(name, str) and _TOKEN.fullmatch(name) is not None
+
 
 #: Where :func:`track` logs one line per request when asked to (``log=True``).
 log = logging.getLogger("batchy.requests")

@@ -125,7 +125,14 @@ expect(
 settings.BATCHY = {"HEADER": 1}
 expect(
     bd.DjangoSettingsError,
-    "settings.BATCHY['HEADER'] is a response header name",
+    "settings.BATCHY['HEADER']=1 is not an HTTP header name",
+    lambda: bd.BatchyMiddleware(view),
+)
+settings.BATCHY = {"HEADER": "X Batchy"}  # taken, and then uvicorn sent no response at all
+expect(
+    bd.DjangoSettingsError,
+    "settings.BATCHY['HEADER']='X Batchy' is not an HTTP header name (ASCII letters, digits "
+    "and !#$%&'*+-.^_`|~, no spaces or colons); e.g. 'X-Batchy'",
     lambda: bd.BatchyMiddleware(view),
 )
 print("ok")

@@ -163,3 +163,14 @@ async def test_a_path_with_line_breaks_stays_on_one_header_and_log_line(
     assert response.headers["x-batchy"].startswith(summary)
     assert "set-cookie" not in response.headers
     assert caplog.messages[0].startswith(summary)
+
+
+@pytest.mark.parametrize("name", ["X Batchy", "X-Bätchy", "X-Batchy:", "X-Batchy\r\n"])
+def test_a_header_that_is_no_header_name_is_refused_when_set_up(name: str) -> None:
+    # It was taken, and then uvicorn refused to send any response of the app.
+    with pytest.raises(batchy.UsageError) as error:
+        BatchyMiddleware(make_app(), header=name)
+    assert str(error.value) == (
+        f"BatchyMiddleware(header={name!r}) is not an HTTP header name (ASCII letters, "
+        "digits and !#$%&'*+-.^_`|~, no spaces or colons); e.g. header='X-Batchy'"
+    )
