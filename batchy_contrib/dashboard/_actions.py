@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from ._dashboard import of
+from ._dashboard import of, screened
 from ._security import safe_next
 
 __all__ = ["ACTIONS", "ROUTES"]
@@ -61,11 +61,11 @@ async def act(request: Request) -> Response:
     problem = dash.tokens.check(request, (form.get("csrf") or [""])[0])
     if problem is not None:
         return refuse(403, f"action {action!r} refused, nothing changed: {problem}")
-    ids = [i for i in form.get("id", []) if i]
+    ids = [screened("job id", i) for i in form.get("id", []) if i]
     everything = (form.get("all") or [""])[0] == "1"
     if everything and action in ("retry_dead", "delete_dead"):
-        queue = (form.get("queue") or [""])[0] or None
-        job = (form.get("job") or [""])[0] or None
+        queue = screened("queue", (form.get("queue") or [""])[0] or None)
+        job = screened("job", (form.get("job") or [""])[0] or None)
         method = dash.admin.retry_dead if action == "retry_dead" else dash.admin.delete_dead
         count = await method(queue=queue, job=job)
     elif not ids:

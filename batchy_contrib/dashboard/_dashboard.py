@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from typing import Any
+from typing import Any, overload
 
 import jinja2
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from batchy.jobs import Queue
+import batchy
+from batchy.jobs import ConfigError, Queue
 
 from ._format import FILTERS
 from ._security import COOKIE, Tokens
@@ -29,7 +30,7 @@ NOTICES = {
     "delete_dead": "Deleted {n} dead job(s).",
 }
 
-__all__ = ["NAV", "NOTICES", "Dashboard", "of"]
+__all__ = ["NAV", "NOTICES", "Dashboard", "of", "screened"]
 
 #: The pages in the navigation bar: (path, title).
 NAV = (
@@ -105,3 +106,27 @@ def of(request: Request) -> Dashboard:
     """The dashboard serving ``request``."""
     dashboard: Dashboard = request.app.state.dashboard
     return dashboard
+
+
+@overload
+def screened(what: str, text: str) -> str: ...
+@overload
+def screened(what: str, text: None) -> None: ...
+@overload
+def screened(what: str, text: str | None) -> str | None: ...
+
+
+def screened(what: str, text: str | None) -> str | None:
+    """``text`` (a job id or a filter from the address or a form), unless no job can match it.
+
+    No store keeps a NUL in an id, a queue name or a key (enqueue refuses them),
+    and PostgreSQL refuses one in a query too: it is refused here, on every store
+    alike, rather than failing the page on one of them.
+    """
+    if text is not None and "\x00" in text:
+        raise ConfigError(
+            f"{what} {batchy.short_repr(text)} holds a NUL character (\\x00), which no job "
+            "id, queue name or ordering key holds (enqueue refuses them); take it out of "
+            "the address or form"
+        )
+    return text

@@ -14,7 +14,7 @@ from starlette.routing import Route
 from batchy.jobs import Activity, ConfigError, RunInfo
 
 from ._charts import Series, bars, lines, sparkline
-from ._dashboard import of
+from ._dashboard import of, screened
 from ._format import path_part
 
 __all__ = ["ROUTES"]
@@ -40,7 +40,7 @@ def _limit(request: Request, default: int = PAGE) -> int:
 
 def _filters(request: Request) -> dict[str, str | None]:
     q = request.query_params
-    return {name: q.get(name) or None for name in ("queue", "job", "key")}
+    return {name: screened(name, q.get(name) or None) for name in ("queue", "job", "key")}
 
 
 async def overview(request: Request) -> Response:
@@ -114,7 +114,7 @@ async def jobs(request: Request) -> Response:
 
 async def job(request: Request) -> Response:
     dash = of(request)
-    found = await dash.admin.job(request.path_params["job_id"])
+    found = await dash.admin.job(screened("job id", request.path_params["job_id"]))
     return dash.render(request, "job.html", {"title": f"Job {found.id}", "job": found})
 
 
@@ -174,7 +174,7 @@ def _entry(run: RunInfo) -> dict[str, Any]:
 async def shards(request: Request) -> Response:
     dash = of(request)
     q = request.query_params
-    chosen_job, chosen_run = q.get("job"), q.get("run")
+    chosen_job, chosen_run = q.get("job"), screened("run", q.get("run"))
     sharded_jobs = []
     for name, sharded in sorted(dash.queue.sharded_jobs.items()):
         # The runs the store remembers (Admin.runs), latest first.

@@ -223,6 +223,44 @@ async def test_unknown_job_and_bad_queries(seeded: Seeded, client: httpx.AsyncCl
     assert "page size limit='lots' is not a number from 1 to 1000" in text(page)
 
 
+async def test_a_nul_in_an_id_or_a_filter_is_refused_alike_on_every_store(
+    board: Board, seeded: Seeded, client: httpx.AsyncClient
+) -> None:
+    # No store keeps a NUL in an id, queue name or key (enqueue refuses them), but
+    # PostgreSQL refuses one in a query too: /jobs/%00 or ?queue=%00 was a 500 there
+    # (and a traceback in the log), where the other stores answered.
+    csrf = csrf_of((await client.get("/jobs")).text)
+    asked = {
+        "job page": await client.get("/jobs/a%00b"),
+        "queue filter": await client.get("/jobs?queue=mail%00"),
+        "key filter": await client.get("/jobs?state=blocked&key=%00"),
+        "dead queue filter": await client.get("/dead?queue=%00"),
+        "sharded run": await client.get("/shards?job=reindex&run=%00"),
+        "action id": await client.post(
+            "/actions/delete", data={"csrf": csrf, "id": [seeded.queued[0], "x\x00"]}
+        ),
+        "action filter": await client.post(
+            "/actions/retry_dead", data={"csrf": csrf, "all": "1", "queue": "\x00"}
+        ),
+    }
+    assert {what: page.status_code for what, page in asked.items()} == dict.fromkeys(asked, 400)
+    assert "job id 'a\\x00b' holds a NUL character (\\x00)" in text(asked["job page"])
+    assert (
+        text(asked["queue filter"]).count(
+            "queue 'mail\\x00' holds a NUL character (\\x00), which no job id, queue name or "
+            "ordering key holds (enqueue refuses them); take it out of the address or form"
+        )
+        == 1
+    )
+    assert "key '\\x00' holds a NUL" in text(asked["key filter"])
+    assert "queue '\\x00' holds a NUL" in text(asked["dead queue filter"])
+    assert "run '\\x00' holds a NUL" in text(asked["sharded run"])
+    assert "job id 'x\\x00' holds a NUL" in text(asked["action id"])
+    assert "queue '\\x00' holds a NUL" in text(asked["action filter"])
+    assert (await board.queue.admin.job(seeded.queued[0])).state == "queued"
+    assert (await board.queue.admin.info()).dead == len(seeded.dead)
+
+
 async def test_cancel_a_running_job(board: Board, client: httpx.AsyncClient) -> None:
     started = asyncio.Event()
 
