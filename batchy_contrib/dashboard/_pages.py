@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from batchy.jobs import Activity, ConfigError, RunInfo
+from batchy.jobs import Activity, ConfigError, RunInfo, ShardedJob
 
 from ._charts import Series, bars, lines, sparkline
 from ._dashboard import of, screened
@@ -164,11 +164,13 @@ async def keys(request: Request) -> Response:
     return dash.render(request, "keys.html", context)
 
 
-def _entry(run: RunInfo) -> dict[str, Any]:
+def _entry(sharded: ShardedJob, run: RunInfo) -> dict[str, Any]:
     total = len(run.shards)
     percent = math.floor(100 * run.done / total) if total else 0
     progress = {"done": run.done, "total": total, "failed": run.failed, "percent": percent}
-    return {"run": run.run, "started": run.started, "shards": run.shards, "progress": progress}
+    # Each shard with its job's id: the shard's page shows what the table cuts.
+    shards = [(s, sharded.shard_id(run.run, s.shard)) for s in run.shards]
+    return {"run": run.run, "started": run.started, "shards": shards, "progress": progress}
 
 
 async def shards(request: Request) -> Response:
@@ -184,7 +186,7 @@ async def shards(request: Request) -> Response:
             # (no start time: 0.0, which the page leaves out).
             states = await dash.admin.shards(sharded, chosen_run)
             found.insert(0, RunInfo(name, chosen_run, 0.0, tuple(states)))
-        entries = [_entry(r) for r in found]
+        entries = [_entry(sharded, r) for r in found]
         sharded_jobs.append({"name": name, "shards": sharded.shards, "runs": entries})
     context = {"title": "Sharded runs", "sharded_jobs": sharded_jobs}
     return dash.render(request, "shards.html", context)

@@ -327,6 +327,32 @@ async def test_text_no_page_can_carry_and_long_errors_do_not_break_the_pages(
         assert response.status_code == 200 and len(response.text) < 50_000
 
 
+async def test_a_shards_long_error_is_cut_on_the_shards_page(
+    board: Board, client: httpx.AsyncClient
+) -> None:
+    # Each shard's last error was printed whole, for each of the last 20 runs of
+    # each sharded job: 8 failed shards of 100 kB errors made a 0.8 MB page,
+    # sent again at every live refresh.
+    @board.queue.sharded(shards=4, name="bulky", queue="bulky", retries=0)
+    async def bulky(shard: int, shards: int, cursor: object) -> None:
+        raise ValueError("x" * 100_000)
+
+    for run in ("a", "b"):
+        await bulky.start(run)
+    await Worker(board.queue, burst=True, poll_interval=0.01, queues=["bulky"]).run()
+    page = await client.get("/shards")
+    assert page.status_code == 200 and len(page.text) < 50_000
+    section = page.text[page.text.index('data-sharded="bulky"') :]
+    errors = re.findall(r'<td class="error-cell">(.*?)</td>', section, re.S)
+    assert len(errors) == 8
+    assert all(e.startswith("ValueError: xxx") and e.endswith("x…") for e in errors), errors[0]
+    # The whole error is on the shard's own page, which each shard links to.
+    href = "/jobs/" + urllib.parse.quote(bulky.shard_id("b", 3), safe="")
+    assert f'<a href="{href}">3</a>' in section
+    whole = await client.get(href)
+    assert whole.status_code == 200 and "x" * 100_000 in whole.text
+
+
 async def test_a_store_that_cannot_be_reached_is_a_page_that_names_it() -> None:
     # Every page was a bare "Internal Server Error" (text/plain): no store, no cause.
     from batchy.jobs import Queue
