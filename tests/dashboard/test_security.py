@@ -9,6 +9,7 @@ from __future__ import annotations
 import html as htmllib
 import re
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -382,3 +383,39 @@ async def test_error_pages_keep_out_of_other_sites_frames_too(
         assert "frame-ancestors 'self'" in answer.headers["content-security-policy"], what
         assert answer.headers["x-content-type-options"] == "nosniff", what
         assert answer.headers["referrer-policy"] == "same-origin", what
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+async def test_a_form_too_big_is_refused_before_it_is_read_whole(mem, declared: bool) -> None:
+    # The whole body was read into memory before its size was checked (and before
+    # the CSRF token was): a 300 MB POST took 300 MB of the server's memory, from
+    # anyone who could reach the dashboard.
+    board, _ = mem
+    app = create_app(board.queue, secret_key=SECRET)
+    chunk, chunks = b"id=" + b"x" * (64 * 1024 - 4) + b"&", 1600  # 100 MB
+    pulled = 0
+    sent: list[Any] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal pulled
+        pulled += 1
+        return {"type": "http.request", "body": chunk, "more_body": pulled < chunks}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", b"application/x-www-form-urlencoded"), (b"host", b"dash")]
+    if declared:
+        headers.append((b"content-length", str(len(chunk) * chunks).encode()))
+    scope = {
+        "type": "http", "method": "POST", "path": "/actions/delete", "raw_path": b"/actions/delete",
+        "query_string": b"", "headers": headers, "scheme": "http", "server": ("dash", 80),
+        "root_path": "", "http_version": "1.1", "client": ("127.0.0.1", 1),
+    }  # fmt: skip
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 413
+    assert pulled == (0 if declared else 5)  # 5 chunks of 64 kB: past the limit
+    body = htmllib.unescape(b"".join(m.get("body", b"") for m in sent[1:]).decode())
+    assert (
+        "the form of action 'delete' is more than 262144 bytes; act on fewer jobs at once"
+    ) in body
