@@ -67,7 +67,7 @@ class Tokens:
     def cookie_token(self, request: Request) -> str | None:
         """The token of the request's cookie, if its signature is ours."""
         token, _, signature = request.cookies.get(COOKIE, "").partition(".")
-        if token and hmac.compare_digest(signature, self._sign(token)):
+        if token and _same(signature, self._sign(token)):
             return token
         return None
 
@@ -89,12 +89,22 @@ class Tokens:
                 "process of the same dashboard); reload the page and try again, and give "
                 "every process the same secret_key= (or $BATCHY_DASHBOARD_SECRET)"
             )
-        if not sent or not hmac.compare_digest(sent, token):
+        if not sent or not _same(sent, token):
             return (
                 f"the form's CSRF token {_short(sent)} is not this browser session's; the "
                 "action must come from a form of this dashboard: reload the page and try again"
             )
         return None
+
+
+def _same(given: str, ours: str) -> bool:
+    """Whether ``given`` (from the request: any text) is ``ours``, in constant time.
+
+    As bytes: compare_digest refuses a str that is not ASCII, and an "é" in a
+    form or a cookie (which a page of a sibling subdomain can set) would fail
+    the page rather than the check.
+    """
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), ours.encode())
 
 
 def _short(token: str | None) -> str:

@@ -419,3 +419,27 @@ async def test_a_form_too_big_is_refused_before_it_is_read_whole(mem, declared: 
     assert (
         "the form of action 'delete' is more than 262144 bytes; act on fewer jobs at once"
     ) in body
+
+
+async def test_a_token_or_cookie_with_other_characters_is_refused_not_a_500(mem) -> None:
+    # hmac.compare_digest takes only ASCII str: a form token with an "é" was a 500,
+    # and a cookie with one in its signature (which a page of a sibling subdomain
+    # can set) made every page a 500 for that browser, until the cookie was cleared.
+    board, seeded = mem
+    app = create_app(board.queue, secret_key=SECRET)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash") as c:
+        await c.get("/dead")
+        page = await c.post("/actions/retry_dead", data={"csrf": "jeton-é", "all": "1"})
+        assert page.status_code == 403
+        assert "the form's CSRF token 'jeton-é' is not this browser session's" in error_of(page)
+        c.cookies.clear()
+        tossed = {"cookie": f"{COOKIE}=abc.sign\xe9".encode("latin-1")}
+        page = await c.get("/dead", headers=tossed)
+        assert page.status_code == 200
+        assert f"{COOKIE}=" in page.headers["set-cookie"]  # a new session, signed by us
+        page = await c.post("/actions/retry_dead", data={"csrf": "abc", "all": "1"}, headers=tossed)
+        assert page.status_code == 403 and "not signed with this dashboard's secret" in error_of(
+            page
+        )
+    assert await still_dead(board, seeded)
