@@ -70,13 +70,19 @@ def create_app(
             "returning whether it may proceed, e.g. auth=lambda request: is_operator(request)"
         )
     secret = secret_key if secret_key is not None else os.environ.get("BATCHY_DASHBOARD_SECRET")
+    # Named as the operator gave it: `batchy dashboard` users set only the variable.
+    given = (
+        "create_app(secret_key=...): the key"
+        if secret_key is not None
+        else "$BATCHY_DASHBOARD_SECRET"
+    )
     if secret is None:
         secret = os.urandom(32)
     secret_bytes = secret.encode() if isinstance(secret, str) else secret
     if len(secret_bytes) < 16:
         raise DashboardError(
-            f"create_app(secret_key=...): the key is {len(secret_bytes)} bytes long; a key "
-            "that signs CSRF tokens needs at least 16 (e.g. secrets.token_hex(32))"
+            f"{given} is {len(secret_bytes)} bytes long; a key that signs CSRF tokens "
+            "needs at least 16 (e.g. secrets.token_hex(32))"
         )
     if not isinstance(refresh, (int, float)) or refresh < 0:
         raise DashboardError(

@@ -281,6 +281,20 @@ def test_create_app_says_what_it_needs() -> None:
     assert issubclass(DashboardError, ConfigError)
 
 
+def test_a_short_secret_from_the_environment_is_named_as_such(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `batchy dashboard` with BATCHY_DASHBOARD_SECRET=short said "create_app(secret_key=...):
+    # the key is 5 bytes long", naming an argument its user never wrote.
+    monkeypatch.setenv("BATCHY_DASHBOARD_SECRET", "short")
+    with pytest.raises(DashboardError) as error:
+        create_app(Queue(MemoryBackend()))
+    assert str(error.value) == (
+        "$BATCHY_DASHBOARD_SECRET is 5 bytes long; a key that signs CSRF tokens needs at "
+        "least 16 (e.g. secrets.token_hex(32))"
+    )
+
+
 async def test_every_process_with_the_same_secret_accepts_the_token(
     mem, monkeypatch: pytest.MonkeyPatch
 ) -> None:
