@@ -62,9 +62,12 @@ class Batchy:
             )
         app.config.setdefault("BATCHY_LOG", False)
         app.extensions["batchy"] = self
-        app.before_request(self._open)
+        # First to open and last to close (Flask runs teardowns in reverse), so
+        # hooks registered before this one (the app's, another extension's: the
+        # one that loads the signed-in user) run in the request's scope too.
+        app.before_request_funcs.setdefault(None, []).insert(0, self._open)
         app.after_request(self._stream)
-        app.teardown_request(self._close)
+        app.teardown_request_funcs.setdefault(None, []).insert(0, self._close)
         # Flask runs `async def` views on a loop in another thread: count there too.
         to_sync = app.async_to_sync
 

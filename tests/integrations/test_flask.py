@@ -128,3 +128,33 @@ def test_setting_the_extension_up_twice_names_the_fix() -> None:
     )
     assert app.test_client().get("/sync").status_code == 200
     assert current_stats() is None
+
+
+def test_hooks_registered_before_the_extension_run_in_the_request_scope() -> None:
+    # An app's (or another extension's) before_request registered before Batchy(app)
+    # ran before the scope was opened: the user it loaded was loaded again by the
+    # view, and its call was not in g.batchy.
+    CALLS.clear()
+    app = flask.Flask(__name__)
+    seen: list[Any] = []
+
+    @app.before_request
+    def load_user() -> None:
+        flask.g.user = run(page([1]))
+
+    @app.teardown_request
+    def audit(error: BaseException | None) -> None:
+        seen.append(current_stats())
+
+    Batchy(app)
+
+    @app.get("/me")
+    def me() -> dict[str, Any]:
+        return {"me": run(page([1, 2])), "batchy": flask.g.batchy.as_dict()}
+
+    assert app.test_client().get("/me").json == {
+        "me": ["user 1", "user 2"],
+        "batchy": {"rounds": 2, "calls": {"users_by_id": 2}},
+    }
+    assert CALLS == [[1], [2]]
+    assert seen[0] is not None and seen[0].name == "GET /me"
