@@ -26,7 +26,7 @@ import batchy
 
 from . import _clock
 from ._backend import COUNTS_KEPT
-from ._hooks import JobEvent, JobHook, log
+from ._hooks import ENDS_ATTEMPT, JobEvent, JobHook, log
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -87,21 +87,31 @@ class Tally(JobHook, batchy.Hook):
 
     def job_started(self, event: JobEvent) -> None:
         if event.stats is not None:
-            self._running.add(event.stats)
+            self.started(event.stats)
 
     def job_finished(self, event: JobEvent) -> None:
-        stats = event.stats
+        self.finished(event.queue, event.job, event.outcome, event.stats)
+
+    # What the two hook methods count, for the runner to call directly when this
+    # tally is a worker's only hook: no event is built for it then (see _runner).
+
+    def started(self, stats: batchy.ScopeStats) -> None:
+        """A run began, ``stats`` its scope's: its batch calls count from now."""
+        self._running.add(stats)
+
+    def finished(self, queue: str, job: str, outcome: str, stats: batchy.ScopeStats | None) -> None:
+        """A run of ``job`` on ``queue`` ended with ``outcome`` (a :class:`JobEvent`'s)."""
         if stats is not None:
             self._running.discard(stats)
-        if not event.ends_attempt:
+        if outcome not in ENDS_ATTEMPT:
             return
         now = self._this_minute()
-        processed, failed = _names(self._queue_names, event.queue, "processed:", "failed:")
+        processed, failed = _names(self._queue_names, queue, "processed:", "failed:")
         now[processed] = now.get(processed, 0) + 1
-        if event.outcome in ("retry", "dead"):  # an operator's cancel is not a failure
+        if outcome in ("retry", "dead"):  # an operator's cancel is not a failure
             now[failed] = now.get(failed, 0) + 1
         if stats is not None:
-            jobs, rounds = _names(self._job_names, event.job, "jobs:", "rounds:")
+            jobs, rounds = _names(self._job_names, job, "jobs:", "rounds:")
             now[jobs] = now.get(jobs, 0) + 1
             now[rounds] = now.get(rounds, 0) + stats.rounds
 

@@ -15,7 +15,7 @@ import batchy
 
 from ._frozen import quick_init
 
-__all__ = ["JobEvent", "JobHook", "emit", "log"]
+__all__ = ["ENDS_ATTEMPT", "JobEvent", "JobHook", "emit", "log"]
 
 log = logging.getLogger("batchy.jobs")
 
@@ -48,10 +48,11 @@ class JobEvent:
     def ends_attempt(self) -> bool:
         """True for the outcomes that end an attempt here (done, retry, dead, cancelled);
         a ``lost`` or ``released`` run ends elsewhere, in the attempt that follows it."""
-        return self.outcome in _ENDS_ATTEMPT
+        return self.outcome in ENDS_ATTEMPT
 
 
-_ENDS_ATTEMPT = frozenset({"done", "retry", "dead", "cancelled"})
+#: The outcomes that end an attempt on the worker (see JobEvent.ends_attempt).
+ENDS_ATTEMPT = frozenset({"done", "retry", "dead", "cancelled"})
 
 
 class JobHook:

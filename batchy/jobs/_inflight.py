@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import batchy
 
+from ._activity import Tally
 from ._guard import JobScope
 from ._hooks import JobHook, log
 from ._leases import Claim, Leases
@@ -43,12 +44,14 @@ class InFlight:
         self,
         queue: Queue,
         hooks: list[JobHook],
+        tally: Tally,
         worker: str,
         leases: Leases,
         done: Callable[[Outcome | None], None],
     ) -> None:
         self.queue = queue
         self.hooks = hooks
+        self.tally = tally  # one of the hooks (see run_job)
         self.worker = worker
         self.leases = leases
         self.done = done
@@ -75,7 +78,7 @@ class InFlight:
             self._cancelled.add(claim)
         # Its lease is checked again at the run's first step: a pause may fall in between.
         scope = JobScope(f"job {job.id}", claim, self)
-        run = run_job(self.queue, job, self.hooks, self.worker, leases.lease, scope)
+        run = run_job(self.queue, job, self.hooks, self.tally, self.worker, leases.lease, scope)
         task = batchy.Task(run, run_job, True).start(scope)
         self._runs[claim] = task
         task.add_done_callback(functools.partial(self.finished, claim))

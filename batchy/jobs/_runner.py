@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import batchy
 from batchy import _hooks as _engine_hooks
 
+from ._activity import Tally
 from ._errors import JobTimeout, LeaseLost, PayloadError, UnknownJobError
 from ._failure import cancelled, describe, failed
 from ._guard import Escaped, JobScope
@@ -41,6 +42,7 @@ async def run_job(
     queue: Queue,
     claimed: Claimed,
     hooks: list[JobHook],
+    tally: Tally,
     worker: str,
     lease: float,
     scope: JobScope,
@@ -101,16 +103,23 @@ async def run_job(
             queue, message, asyncio.CancelledError("before it began"), 0.0, claimed.token
         )
     attempt = message.attempt + 1
-    event = JobEvent(
-        message.id,
-        message.job,
-        message.queue,
-        attempt,
-        "started",
-        headers=message.headers,
-        stats=scope.stats,
-    )
-    if hooks:
+    stats = scope.stats
+    # The worker's ``tally`` (one of its ``hooks``) is most often the only one:
+    # then it is told directly, and no event is built (two a job cost a no-op
+    # job more than its handler); other hooks get the events, the tally too.
+    event: JobEvent | None = None
+    if len(hooks) == 1 and hooks[0] is tally:
+        tally.started(stats)
+    else:
+        event = JobEvent(
+            message.id,
+            message.job,
+            message.queue,
+            attempt,
+            "started",
+            headers=message.headers,
+            stats=stats,
+        )
         emit(hooks, "job_started", event)
     failure: BaseException | None = None
     try:
@@ -122,7 +131,7 @@ async def run_job(
         # Not a warning here: the worker logs each lost lease once, whichever of a
         # heartbeat, a progress save or an outcome found it first.
         log.debug("job %s %s stopped: %s", message.id, message.job, lost)
-        emit(hooks, "job_finished", _finished(event, "lost", time.perf_counter() - start, lost))
+        _ended(hooks, tally, event, message, stats, "lost", time.perf_counter() - start, lost)
         return None
     except BaseException as exc:
         if isinstance(exc, Escaped):
@@ -135,14 +144,14 @@ async def run_job(
                 "it is in the dead set",
                 message.id, message.job, attempt, duration,
             )  # fmt: skip
-            emit(hooks, "job_finished", _finished(event, "cancelled", duration, exc))
+            _ended(hooks, tally, event, message, stats, "cancelled", duration, exc)
             return outcome
         if isinstance(exc, asyncio.CancelledError) and scope.stop_requested():
             duration = time.perf_counter() - start
             # "Stopped", not "released": the worker hands it back, or (killed, or
             # its lease lost) leaves it to the lease; it says which.
             log.info("job %s %s stopped after %.3fs (shutdown)", message.id, message.job, duration)
-            emit(hooks, "job_finished", _finished(event, "released", duration, None))
+            _ended(hooks, tally, event, message, stats, "released", duration, None)
             raise
         failure = exc
         outcome, next_step = failed(queue, job, message, exc, claimed.token)
@@ -162,19 +171,30 @@ async def run_job(
             describe(failure),
             next_step,
         )
-    if hooks:  # most workers have none: no event to build per job
-        emit(hooks, "job_finished", _finished(event, outcome.kind, duration, failure))
+    _ended(hooks, tally, event, message, stats, outcome.kind, duration, failure)
     return outcome
 
 
-def _finished(
-    event: JobEvent, outcome: str, duration: float, error: BaseException | None
-) -> JobEvent:
+def _ended(
+    hooks: list[JobHook],
+    tally: Tally,
+    event: JobEvent | None,
+    message: Message,
+    stats: batchy.ScopeStats,
+    outcome: str,
+    duration: float,
+    error: BaseException | None,
+) -> None:
+    """Tell the hooks how a run ended (``event``: its start's; None: the tally alone heard it)."""
+    if event is None:
+        tally.finished(message.queue, message.job, outcome, stats)
+        return
     # Built field by field: dataclasses.replace costs more than a no-op job's handler.
-    return JobEvent(
+    ended = JobEvent(
         event.id, event.job, event.queue, event.attempt, outcome, duration, error,
         event.headers, event.stats,
     )  # fmt: skip
+    emit(hooks, "job_finished", ended)
 
 
 async def _call(

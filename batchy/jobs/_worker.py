@@ -108,7 +108,9 @@ class Worker:
         self.processed = 0
         # By claim (job id, lease token): a job lost and claimed again runs twice.
         self._leases = Leases(self.id, lease, queue.serializer)
-        self._running = InFlight(queue, self.hooks, self.id, self._leases, self._finished)
+        self._running = InFlight(
+            queue, self.hooks, self._tally, self.id, self._leases, self._finished
+        )
         self._outcomes: list[Outcome] = []
         self._ahead = Ahead(prefetch)
         self._outage = Outage(self.id, poll_interval)

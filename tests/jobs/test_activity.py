@@ -9,7 +9,7 @@ import time
 import pytest
 
 import batchy
-from batchy.jobs import COUNTS_KEPT, Activity, Backend, JobEvent, MemoryBackend, Queue
+from batchy.jobs import COUNTS_KEPT, Activity, Backend, JobEvent, JobHook, MemoryBackend, Queue
 from batchy.jobs._activity import Tally, minute_of
 
 from .conftest import fast_worker
@@ -45,8 +45,24 @@ async def test_stores_drop_minutes_no_dashboard_shows(backend: Backend) -> None:
     assert found[(minute - 3, "processed:q")] == 2
 
 
-async def test_a_worker_counts_jobs_rounds_and_the_calls_its_loaders_saw(queue: Queue) -> None:
+# Without a hook of its own the worker's tally is told directly, no event built
+# (see _runner); with one, every hook gets the events, the tally too: same counts.
+@pytest.mark.parametrize("with_hook", [False, True], ids=["tally_alone", "with_a_hook"])
+async def test_a_worker_counts_jobs_rounds_and_the_calls_its_loaders_saw(
+    queue: Queue, with_hook: bool
+) -> None:
     calls: list[list[int]] = []
+    heard: list[tuple[str, str]] = []
+
+    class Listener(JobHook):
+        def job_started(self, event: JobEvent) -> None:
+            heard.append((event.job, event.outcome))
+
+        def job_finished(self, event: JobEvent) -> None:
+            heard.append((event.job, event.outcome))
+
+    if with_hook:
+        queue.hooks.append(Listener())
 
     @batchy.batched(name="users")
     async def users(ids: list[int]) -> list[dict[str, int]]:
@@ -90,6 +106,11 @@ async def test_a_worker_counts_jobs_rounds_and_the_calls_its_loaders_saw(queue: 
         "keys:teams": 2,
     }
     assert calls == [list(range(20)), [0, 1]]
+    if with_hook:
+        assert sorted(heard) == sorted(
+            [("broken", "started"), ("broken", "dead")]
+            + [("welcome", "started"), ("welcome", "done")] * 20
+        )
 
     activity = await Activity.read(queue.backend, minutes=3)
     assert activity.total("processed") == 21
