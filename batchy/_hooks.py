@@ -86,18 +86,39 @@ class Hook:
 # A tuple, replaced on change: the scheduler reads it without locking and a
 # hook added or removed mid-round never disturbs an iteration in progress.
 hooks: tuple[Hook, ...] = ()
+# Those of them that hear scope events. Every job and request enters and leaves
+# a scope, and a hook that leaves both methods as Hook's own no-ops (one that
+# counts batch calls, say) would be called twice per scope for nothing.
+scoped: tuple[Hook, ...] = ()
+_SCOPE_EVENTS = ("scope_entered", "scope_exited")
+
+
+def _hears_scopes(hook: Hook) -> bool:
+    """False only for a hook whose class leaves both scope methods as Hook's own."""
+    if any(name in getattr(hook, "__dict__", ()) for name in _SCOPE_EVENTS):
+        return True  # set on the object itself
+    cls = type(hook)
+    return any(getattr(cls, name, None) is not getattr(Hook, name) for name in _SCOPE_EVENTS)
+
+
+def _registered(now: tuple[Hook, ...]) -> None:
+    global hooks, scoped
+    hooks, scoped = now, tuple(h for h in now if _hears_scopes(h))
 
 
 def add_hook(hook: Hook) -> None:
-    """Register ``hook`` for every scheduler in the process."""
-    global hooks
-    hooks = (*hooks, hook)
+    """Register ``hook`` for every scheduler in the process.
+
+    Its methods are looked up as it is added: a :class:`Hook` whose class leaves
+    ``scope_entered`` and ``scope_exited`` as Hook's own (they do nothing) is not
+    called for scopes at all.
+    """
+    _registered((*hooks, hook))
 
 
 def remove_hook(hook: Hook) -> None:
     """Unregister ``hook``; removing a hook that is not registered does nothing."""
-    global hooks
-    hooks = tuple(h for h in hooks if h is not hook)
+    _registered(tuple(h for h in hooks if h is not hook))
 
 
 @contextlib.contextmanager
@@ -110,8 +131,8 @@ def hooked(hook: Hook) -> Iterator[Hook]:
         remove_hook(hook)
 
 
-def _call(method: str, *args: Any) -> None:
-    for hook in hooks:
+def _tell(among: tuple[Hook, ...], method: str, *args: Any) -> None:
+    for hook in among:
         try:
             getattr(hook, method)(*args)
         except Exception:
@@ -119,20 +140,20 @@ def _call(method: str, *args: Any) -> None:
 
 
 def emit_round(event: RoundEvent) -> None:
-    _call("round_started", event)
+    _tell(hooks, "round_started", event)
 
 
 def emit_batch(event: BatchEvent) -> None:
-    _call("batch_flushed", event)
+    _tell(hooks, "batch_flushed", event)
 
 
 def emit_task_failed(task: Any, error: BaseException) -> None:
-    _call("task_failed", task, error)
+    _tell(hooks, "task_failed", task, error)
 
 
 def emit_scope_entered(scope: Any) -> None:
-    _call("scope_entered", scope)
+    _tell(scoped, "scope_entered", scope)
 
 
 def emit_scope_exited(scope: Any) -> None:
-    _call("scope_exited", scope)
+    _tell(scoped, "scope_exited", scope)

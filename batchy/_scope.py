@@ -75,7 +75,7 @@ class Scope:
         with _entries:
             self._depth += 1
             first = self._depth == 1
-        if first and _hooks.hooks:
+        if first and _hooks.scoped:
             _hooks.emit_scope_entered(self)
         return self
 
@@ -86,18 +86,18 @@ class Scope:
         tb: TracebackType | None,
     ) -> None:
         tokens = _tokens.get()
-        if not tokens or tokens[-1].var is not _current or _current.get() is not self:
+        token = tokens[-1] if tokens else None
+        if token is None or token.var is not _current or _current.get() is not self:
             raise UsageError(
                 f"{self!r} was exited without being the current scope; enter and exit "
                 "scopes in nested 'with' blocks, in the same task"
             )
-        *outer, token = tokens
-        _tokens.set(tuple(outer))
+        _tokens.set(tokens[:-1])
         _current.reset(token)
         with _entries:
             self._depth -= 1
             last = self._depth == 0
-        if last and _hooks.hooks:
+        if last and _hooks.scoped:
             _hooks.emit_scope_exited(self)
 
     async def __aenter__(self) -> Scope:

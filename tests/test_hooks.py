@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import batchy
+from batchy import _hooks
 from batchy.testing import record
 
 
@@ -91,3 +92,46 @@ def test_n_plus_one_guard_reports_what_happened() -> None:
         "  round 3: posts(1 keys)\n"
         "  round 4: users(1 keys)"
     )
+
+
+def test_scope_events_reach_every_hook_that_hears_them() -> None:
+    """Scopes call only the hooks that do something with scope events: a Hook whose
+    class leaves both methods as Hook's no-ops is skipped (it is told of batches);
+    an override, a method set on the object, or a hook not made from Hook is called."""
+    heard: list[str] = []
+
+    class Batches(batchy.Hook):
+        def batch_flushed(self, event: batchy.BatchEvent) -> None:
+            heard.append(f"batch {event.loader}")
+
+    class Exits(batchy.Hook):
+        def scope_exited(self, scope: Any) -> None:
+            heard.append(f"exited {scope.name}")
+
+    class Plain:  # no Hook base: any object with the methods
+        def scope_entered(self, scope: Any) -> None:
+            heard.append(f"plain entered {scope.name}")
+
+        def scope_exited(self, scope: Any) -> None:
+            heard.append(f"plain exited {scope.name}")
+
+    own = batchy.Hook()
+    own.scope_entered = lambda scope: heard.append(f"own entered {scope.name}")  # type: ignore[method-assign]
+    batches, exits, plain = Batches(), Exits(), Plain()
+    with batchy.hooked(batches), batchy.hooked(exits), batchy.hooked(own):
+        with batchy.hooked(plain):  # type: ignore[arg-type]
+            assert list(_hooks.scoped) == [exits, own, plain]
+            with batchy.scope("s"):
+                pass
+        assert list(_hooks.scoped) == [exits, own]
+        batchy.run(users(1))  # in a scope of its own (no name)
+    assert _hooks.hooks == _hooks.scoped == ()
+    assert heard == [
+        "own entered s",
+        "plain entered s",
+        "exited s",
+        "plain exited s",
+        "own entered None",
+        "batch users",
+        "exited None",
+    ]

@@ -54,19 +54,19 @@ class Tally(JobHook, batchy.Hook):
 
     def __init__(self) -> None:
         self._counts: Counts = {}  # minutes before this one, and what a failed write kept
-        # This minute's counters by name alone: no (minute, name) key made per job.
+        # This minute's counters by name alone: no (minute, name) key made per job;
+        # and the runs' by queue and job type, [processed, failed, jobs, rounds],
+        # named as the minute is filed (_fold): one look-up per job.
         self._minute = -1
         self._now: dict[str, int] = {}
+        self._runs: dict[tuple[str, str], list[int]] = {}
         # The stats of this worker's running jobs (JobEvent.stats), by identity:
         # a batch call counts when one of the scopes it served is one of theirs.
         self._running: set[batchy.ScopeStats] = set()
         self._failing = False  # the last write failed (logged once until one succeeds)
-        # The counter names of each queue and job type, made once, not per job.
-        self._queue_names: dict[str, tuple[str, str]] = {}
-        self._job_names: dict[str, tuple[str, str]] = {}
 
     def __repr__(self) -> str:
-        counters = len(self._counts.keys() | {(self._minute, name) for name in self._now})
+        counters = len(self._counts.keys() | {(self._minute, name) for name in self._named()})
         return f"<batchy.jobs Tally counters={counters} running={len(self._running)}>"
 
     def _add(self, minute: int, name: str, amount: int) -> None:
@@ -80,10 +80,23 @@ class Tally(JobHook, batchy.Hook):
             self._minute = minute
         return self._now
 
+    def _named(self) -> dict[str, int]:
+        """This minute's counters by name, the runs' named now."""
+        named = dict(self._now)
+        for (queue, job), (processed, failed, jobs, rounds) in self._runs.items():
+            counts = [(f"processed:{queue}", processed)]
+            if failed:
+                counts.append((f"failed:{queue}", failed))
+            if jobs:  # (runs with their scope's stats: a worker's always have them)
+                counts += [(f"jobs:{job}", jobs), (f"rounds:{job}", rounds)]
+            for name, amount in counts:
+                named[name] = named.get(name, 0) + amount
+        return named
+
     def _fold(self) -> None:
-        for name, amount in self._now.items():
+        for name, amount in self._named().items():
             self._add(self._minute, name, amount)
-        self._now = {}
+        self._now, self._runs = {}, {}
 
     def job_started(self, event: JobEvent) -> None:
         if event.stats is not None:
@@ -105,15 +118,16 @@ class Tally(JobHook, batchy.Hook):
             self._running.discard(stats)
         if outcome not in ENDS_ATTEMPT:
             return
-        now = self._this_minute()
-        processed, failed = _names(self._queue_names, queue, "processed:", "failed:")
-        now[processed] = now.get(processed, 0) + 1
+        self._this_minute()
+        counts = self._runs.get((queue, job))
+        if counts is None:
+            counts = self._runs[queue, job] = [0, 0, 0, 0]
+        counts[0] += 1
         if outcome in ("retry", "dead"):  # an operator's cancel is not a failure
-            now[failed] = now.get(failed, 0) + 1
+            counts[1] += 1
         if stats is not None:
-            jobs, rounds = _names(self._job_names, job, "jobs:", "rounds:")
-            now[jobs] = now.get(jobs, 0) + 1
-            now[rounds] = now.get(rounds, 0) + stats.rounds
+            counts[2] += 1
+            counts[3] += stats.rounds
 
     def batch_flushed(self, event: batchy.BatchEvent) -> None:
         running = self._running
@@ -152,15 +166,6 @@ class Tally(JobHook, batchy.Hook):
             self._failing = True
         else:
             self._failing = False
-
-
-def _names(
-    named: dict[str, tuple[str, str]], label: str, first: str, second: str
-) -> tuple[str, str]:
-    names = named.get(label)
-    if names is None:
-        names = named[label] = (first + label, second + label)
-    return names
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,8 @@ outcome the worker hands to its store, or into none.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import batchy
 
@@ -54,6 +53,8 @@ class InFlight:
         self.tally = tally  # one of the hooks (see run_job)
         self.worker = worker
         self.leases = leases
+        # Asked twice per run (see JobScope): the leases' method itself, no call between.
+        self.fresh = leases.fresh
         self.done = done
         self._runs: dict[Claim, batchy.Task[Outcome | None]] = {}
         # Claims an operator cancelled: their runs end as cancelled, never retried.
@@ -62,6 +63,9 @@ class InFlight:
         # CancelledError is a release, where a handler's own cancel is a failure.
         self._stopped: set[Claim] = set()
         self._empty: asyncio.Event | None = None  # set as the last run ends
+        # Every run's end calls this one bound method (its claim is its scope's):
+        # no callable is made per run.
+        self._on_end = cast("Callable[[batchy.Future[Outcome | None]], None]", self.finished)
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -81,12 +85,9 @@ class InFlight:
         run = run_job(self.queue, job, self.hooks, self.tally, self.worker, leases.lease, scope)
         task = batchy.Task(run, run_job, True).start(scope)
         self._runs[claim] = task
-        task.add_done_callback(functools.partial(self.finished, claim))
+        task.add_done_callback(self._on_end)
 
-    # What each run's scope asks (see JobScope).
-
-    def fresh(self, claim: Claim) -> bool:
-        return self.leases.fresh(claim)
+    # What each run's scope asks (see JobScope); fresh() is the leases' own (__init__).
 
     def cancel_requested(self, claim: Claim) -> bool:
         return claim in self._cancelled
@@ -128,21 +129,24 @@ class InFlight:
                 ended.cancel()
         return list(self._runs)
 
-    def finished(self, claim: Claim, task: batchy.Future[Outcome | None]) -> None:
-        """The run of ``claim`` ended (called by its task, as it ends)."""
+    def finished(self, task: batchy.Task[Outcome | None]) -> None:
+        """A run ended (called by its task, as it ends)."""
+        scope: JobScope = task.scope  # type: ignore[assignment]  # as begin() made it
+        claim = scope.claim
         self._runs.pop(claim, None)
         self._cancelled.discard(claim)
         self._stopped.discard(claim)
         if not self._runs and self._empty is not None:
             self._empty.set()
-        error = task.exception()
-        if isinstance(error, asyncio.CancelledError):  # stopped: the worker stops
+        try:
+            outcome = task.result()
+        except asyncio.CancelledError:  # stopped: the worker stops
             self.leases.drop(claim)
             return
-        if error is not None:  # run_job never raises: a bug; the lease will bring it back
+        except BaseException as error:  # run_job never raises: a bug; the lease brings it back
             self.leases.drop(claim)
             log.error("worker %s: job %s crashed the runner", self.worker, claim[0], exc_info=error)
             return
         # The runner's outcomes are valid by construction (a bad retry delay is
         # dead already); stores screen what reaches them from elsewhere.
-        self.done(self.leases.finished(claim, task.result()))
+        self.done(self.leases.finished(claim, outcome))

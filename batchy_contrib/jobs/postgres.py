@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import threading
 import time
@@ -57,7 +58,6 @@ from batchy.jobs import (
     ConfigError,
     Info,
     JobStatus,
-    JSONSerializer,
     KeyInfo,
     Outcome,
     WorkerInfo,
@@ -79,7 +79,9 @@ __all__ = ["MigrationTimeout", "PostgresBackend", "SchemaVersionError"]
 
 _CYCLE = "SELECT * FROM {s}.cycle(%s::jsonb, %s::text[], %s, %s, %s, %s, %s, %s, %s)"
 
-_dumps = JSONSerializer().dumps  # compact, no NaN: as the payloads
+# Compact, no NaN, as the payloads; and no search for cycles, which the rows made
+# below (lists of strings and numbers) cannot hold: a tenth of the encoding's time.
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, check_circular=False).encode
 
 
 def _outcomes_json(outcomes: Sequence[Outcome], now: float) -> str:

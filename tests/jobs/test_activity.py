@@ -203,6 +203,33 @@ def test_counts_of_jobs_fall_in_the_minute_each_ended_in(
     assert tally.take() == {(11, "processed:q"): 1, (11, "jobs:send"): 1, (11, "rounds:send"): 2}
 
 
+def test_counters_that_several_queues_or_job_types_share_add_up() -> None:
+    """A minute's runs are kept by queue and job type, and named as the minute is
+    filed: a queue's counters sum its job types, a job type's its queues."""
+    tally = Tally()
+    stats = batchy.ScopeStats()
+    stats.rounds = 1
+    for queue, job, outcome in [
+        ("q", "send", "done"), ("q", "bill", "dead"), ("r", "send", "retry"),
+        ("r", "send", "cancelled"), ("q", "bill", "released"),
+    ]:  # fmt: skip
+        tally.finished(queue, job, outcome, stats)
+    tally.finished("q", "bill", "done", None)  # no stats: a run, not a job type's count
+    assert "counters=8" in repr(tally)
+    minute = minute_of(time.time())
+    assert tally.take() == {
+        (minute, "processed:q"): 3,
+        (minute, "failed:q"): 1,
+        (minute, "processed:r"): 2,
+        (minute, "failed:r"): 1,
+        (minute, "jobs:send"): 3,
+        (minute, "rounds:send"): 3,
+        (minute, "jobs:bill"): 1,
+        (minute, "rounds:bill"): 1,
+    }
+    assert tally.take() == {}
+
+
 def test_activity_reads_series_oldest_first() -> None:
     activity = Activity(100, 3, {(100, "calls:a"): 1, (102, "calls:a"): 5, (101, "calls:b"): 2})
     assert activity.series("calls", "a") == [1, 0, 5]
