@@ -94,11 +94,13 @@ _SCOPE_EVENTS = ("scope_entered", "scope_exited")
 
 
 def _hears_scopes(hook: Hook) -> bool:
-    """False only for a hook whose class leaves both scope methods as Hook's own."""
+    """False for a hook without scope methods, or whose class leaves both as Hook's own."""
     if any(name in getattr(hook, "__dict__", ()) for name in _SCOPE_EVENTS):
         return True  # set on the object itself
     cls = type(hook)
-    return any(getattr(cls, name, None) is not getattr(Hook, name) for name in _SCOPE_EVENTS)
+    return any(
+        getattr(cls, name, Hook) not in (Hook, getattr(Hook, name)) for name in _SCOPE_EVENTS
+    )
 
 
 def _registered(now: tuple[Hook, ...]) -> None:
@@ -134,7 +136,9 @@ def hooked(hook: Hook) -> Iterator[Hook]:
 def _tell(among: tuple[Hook, ...], method: str, *args: Any) -> None:
     for hook in among:
         try:
-            getattr(hook, method)(*args)
+            # A hook needs only the methods it uses (see the module's note).
+            if (call := getattr(hook, method, None)) is not None:
+                call(*args)
         except Exception:
             log.exception("batchy hook %r failed in %s", hook, method)
 

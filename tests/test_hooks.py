@@ -135,3 +135,28 @@ def test_scope_events_reach_every_hook_that_hears_them() -> None:
         "batch users",
         "exited None",
     ]
+
+
+def test_a_hook_needs_only_the_methods_it_uses(caplog: pytest.LogCaptureFixture) -> None:
+    """Any object with some of Hook's methods is a hook: the events it has no method
+    for pass it by, with nothing logged (each was an AttributeError traceback)."""
+    flushed: list[str] = []
+
+    class OnlyBatches:  # no Hook base, no round, scope or failure methods
+        def batch_flushed(self, event: batchy.BatchEvent) -> None:
+            flushed.append(event.loader)
+
+    @batchy.task
+    def fails() -> Any:
+        yield users(1)
+        raise ValueError("boom")
+
+    hook = OnlyBatches()
+    with caplog.at_level(logging.DEBUG, logger="batchy"), batchy.hooked(hook):  # type: ignore[arg-type]
+        assert _hooks.scoped == ()
+        with batchy.scope("s"):
+            batchy.run(users(1))
+        with pytest.raises(ValueError, match="boom"):
+            batchy.run(fails())
+    assert flushed == ["users", "users"]
+    assert caplog.records == []

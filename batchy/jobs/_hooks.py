@@ -72,6 +72,8 @@ def emit(hooks: Iterable[JobHook], method: str, event: JobEvent) -> None:
     """Call ``method`` on every hook, logging (not raising) what a hook raises."""
     for hook in hooks:
         try:
-            getattr(hook, method)(event)
+            # A hook needs only the methods it uses (see the module's note).
+            if (call := getattr(hook, method, None)) is not None:
+                call(event)
         except Exception:
             log.exception("batchy.jobs hook %r failed in %s", hook, method)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from typing import Any
 
+import pytest
 from observe_helpers import Traced, scrape, value
 from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry
@@ -155,3 +158,28 @@ async def test_the_queue_metrics_are_the_stores_numbers(backend: Backend) -> Non
     assert value(got, "batchy_queue_latency_seconds", queue="later") > 0  # type: ignore[operator]
     assert value(got, "batchy_dead_jobs") == 0
     assert value(got, "batchy_workers_alive") == 0
+
+
+async def test_a_job_hook_needs_only_the_methods_it_uses(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any object with some of JobHook's methods is a hook: the events it has no
+    method for pass it by, with nothing logged (each was an AttributeError traceback)."""
+    finished: list[str] = []
+
+    class OnlyFinished:  # no JobHook base, no job_enqueued or job_started
+        def job_finished(self, event: JobEvent) -> None:
+            finished.append(event.outcome)
+
+    hook: Any = OnlyFinished()
+    queue = Queue(backend, hooks=[hook])
+
+    @queue.job(name="noop")
+    async def noop() -> None:
+        return None
+
+    with caplog.at_level(logging.DEBUG, logger="batchy"):
+        await noop.enqueue()
+        await fast_worker(queue, burst=True).run()  # the worker takes the queue's hooks
+    assert finished == ["done"]
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
