@@ -253,29 +253,29 @@ class Admin:
         if type(limit) is not int or not 1 <= limit <= 1000:
             raise ConfigError(f"runs limit={limit!r} must be an int from 1 to 1000")
         found = await self.backend.runs(sharded.name, _clock.now(), sharded.remembered, limit)
-        return [
-            RunInfo(sharded.name, run, started, tuple(await self.shards(sharded, run)))
-            for run, started in found
-        ]
+        # Every shard of every run in one read (a page of 20 runs of 256 shards was
+        # 5,120 round trips, seconds on a network store, at each of a dashboard's refreshes).
+        shards = await self._shards(sharded, [run for run, _ in found])
+        return [RunInfo(sharded.name, run, started, tuple(shards[run])) for run, started in found]
 
     async def shards(self, job: str | ShardedJob, run: str = "default") -> list[ShardInfo]:
         """Where each shard of sharded job ``job`` (its name or itself) is in ``run``."""
-        sharded = self._sharded(job)
-        out = []
-        now = _clock.now()
-        for shard in range(sharded.shards):
-            found = await self.backend.job(sharded.shard_id(run, shard), now)
-            if found is None:
-                out.append(ShardInfo(shard, "unknown"))
-                continue
-            info = self._info(found)
-            if info.state == "done":
-                batches = info.result.get("batches") if isinstance(info.result, dict) else None
-                out.append(ShardInfo(shard, "done", batches=batches))
-                continue
-            cursor = info.args[2] if len(info.args) > 2 else None
-            out.append(ShardInfo(shard, info.state, cursor, info.worker, error=info.error))
-        return out
+        return (await self._shards(self._sharded(job), [run]))[run]
+
+    async def _shards(self, sharded: ShardedJob, runs: list[str]) -> dict[str, list[ShardInfo]]:
+        ids = [sharded.shard_id(run, shard) for run in runs for shard in range(sharded.shards)]
+        records = iter(await self.backend.jobs(ids, _clock.now()))
+        return {run: [self._shard(s, next(records)) for s in range(sharded.shards)] for run in runs}
+
+    def _shard(self, shard: int, found: StoredJob | None) -> ShardInfo:
+        if found is None:
+            return ShardInfo(shard, "unknown")
+        info = self._info(found)
+        if info.state == "done":
+            batches = info.result.get("batches") if isinstance(info.result, dict) else None
+            return ShardInfo(shard, "done", batches=batches)
+        cursor = info.args[2] if len(info.args) > 2 else None
+        return ShardInfo(shard, info.state, cursor, info.worker, error=info.error)
 
     def _sharded(self, job: str | ShardedJob) -> ShardedJob:
         sharded = job if isinstance(job, ShardedJob) else self.queue.sharded_jobs.get(job)

@@ -67,9 +67,10 @@ every backend:
   any time, and ``forget_worker`` ends what it left.
 - Operating (:class:`batchy.jobs.Admin` speaks these): ``list_jobs`` pages
   through one state with keyset cursors and reads a bounded part of the store
-  per call, whatever its size; ``job`` is one job's record; ``act`` applies an
-  operator's action to every id or, if any id is unknown or in a state the
-  action does not apply to, to none. A ``cancel`` is recorded for the job's
+  per call, whatever its size; ``job`` is one job's record (``jobs``: many
+  jobs' records in one round trip); ``act`` applies an operator's action to
+  every id or, if any id is unknown or in a state the action does not apply
+  to, to none. A ``cancel`` is recorded for the job's
   current claim and reaches its worker in :attr:`Claims.cancel` at its next
   ``cycle``; the run's outcome (fenced as always) ends the request, and so does
   the claim ending any other way. ``info`` lists with each live worker the jobs
@@ -90,8 +91,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
 from . import _runs_kept
@@ -104,6 +104,7 @@ from ._records import (
     encode_cursor,
     merge_pages,
     narrowed_by,
+    with_running,
 )
 from ._redact import password_of, redact
 from ._screen import check_envelopes, screen_outcomes
@@ -345,8 +346,16 @@ class Backend(abc.ABC):
         raise self._cannot_operate()
 
     async def job(self, job_id: str, now: float) -> StoredJob | None:
-        """The job's record in whatever state it is, or None if the store does not hold it."""
-        raise self._cannot_operate()
+        """The job's record in whatever state it is, or None if the store does not hold it.
+        The default asks :meth:`jobs`: a store implements one of the two (or both)."""
+        if type(self).jobs is Backend.jobs:
+            raise self._cannot_operate()
+        return (await self.jobs([job_id], now))[0]
+
+    async def jobs(self, job_ids: Sequence[str], now: float) -> list[StoredJob | None]:
+        """:meth:`job` of each of ``job_ids``, in order, read in one round trip where the
+        store can (a sharded run's shards, an operator's page). The default asks one by one."""
+        return [await self.job(job_id, now) for job_id in job_ids]
 
     async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
         """Apply ``action`` (a key of :attr:`actions`) to all ``ids`` or to none.
@@ -395,15 +404,8 @@ class Backend(abc.ABC):
     merge_pages = staticmethod(merge_pages)
     narrowed_by = staticmethod(narrowed_by)
 
-    @staticmethod
-    def with_running(
-        workers: Iterable[WorkerInfo], leases: Iterable[tuple[str, str]]
-    ) -> tuple[WorkerInfo, ...]:
-        """For :meth:`info`: each worker with the jobs ``leases`` (``(worker, job id)``) give it."""
-        held: dict[str, list[str]] = {}
-        for worker, job_id in leases:
-            held.setdefault(worker, []).append(job_id)
-        return tuple(replace(w, running=tuple(sorted(held.get(w.id, ())))) for w in workers)
+    #: For :meth:`info`: each worker with the jobs ``leases`` (``(worker, job id)``) give it.
+    with_running = staticmethod(with_running)
 
     #: For SQL stores: one query of many jobs' statuses (see :meth:`statuses`).
     status_select = staticmethod(status_select)

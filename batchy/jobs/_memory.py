@@ -375,9 +375,11 @@ class MemoryBackend(Backend):
         by_key = key is not None and state not in ("dead", "done")
         return page(f"{state}@key" if by_key else state, found, after, limit, self)
 
-    async def job(self, job_id: str, now: float) -> StoredJob | None:
+    async def jobs(self, job_ids: Sequence[str], now: float) -> list[StoredJob | None]:
         store_now = _clock.store_now()
-        shift = now - store_now
+        return [self._record(job_id, store_now, now - store_now) for job_id in job_ids]
+
+    def _record(self, job_id: str, store_now: float, shift: float) -> StoredJob | None:
         found = self._jobs.get(job_id)
         if found is not None:
             return record_of(found, state_of(found, self._keys, store_now), shift)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._errors import ConfigError
+from ._model import WorkerInfo
 
 __all__ = [
     "LIST_STATES",
@@ -30,6 +31,7 @@ __all__ = [
     "encode_cursor",
     "merge_pages",
     "narrowed_by",
+    "with_running",
 ]
 
 #: The states jobs can be listed by. ``blocked``: waiting behind the head of its
@@ -228,3 +230,14 @@ def merge_pages(
     if bound is not None:
         found = [kj for kj in found if kj[1] <= bound]
     return cut_page(found, keep, limit, bound is not None, tag)
+
+
+def with_running(
+    workers: Iterable[WorkerInfo], leases: Iterable[tuple[str, str]]
+) -> tuple[WorkerInfo, ...]:
+    """Each worker with the jobs ``leases`` (``(worker, job id)``) give it: the jobs it
+    holds now, for ``info`` (a worker's heartbeat lists them as of seconds ago)."""
+    held: dict[str, list[str]] = {}
+    for worker, job_id in leases:
+        held.setdefault(worker, []).append(job_id)
+    return tuple(replace(w, running=tuple(sorted(held.get(w.id, ())))) for w in workers)

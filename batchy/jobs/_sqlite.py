@@ -57,7 +57,7 @@ from ._model import (
     WorkerInfo,
 )
 from ._records import StoredJob
-from ._sqlite_admin import act, list_jobs, read_job, retry_dead, select_dead
+from ._sqlite_admin import act, list_jobs, read_jobs, retry_dead, select_dead
 from ._sqlite_app import join_app_transaction, stale_snapshot_noted
 from ._sqlite_counts import TABLE as COUNTS_TABLE
 from ._sqlite_kept import KeptRecords
@@ -403,9 +403,10 @@ class SQLiteBackend(KeptRecords, Backend):
         )  # fmt: skip
         return await self._read(page)
 
-    async def job(self, job_id: str, now: float) -> StoredJob | None:
+    async def jobs(self, job_ids: Sequence[str], now: float) -> list[StoredJob | None]:
         store_now = _clock.store_now()
-        return await self._read(lambda: read_job(self._db, job_id, store_now, now - store_now))
+        read = functools.partial(read_jobs, self._db, job_ids, store_now, now - store_now)
+        return await self._read(read) if job_ids else []
 
     async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
         async with self._tx():

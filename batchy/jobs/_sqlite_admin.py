@@ -19,7 +19,7 @@ from ._backend import Backend
 from ._records import StoredJob, cut_page, decode_cursor, merge_pages, narrowed_by
 from ._sqlite_tx import BLOCKED, RUNNING, advance, chunks, entry_state
 
-__all__ = ["act", "list_jobs", "read_job", "retry_dead", "select_dead"]
+__all__ = ["act", "list_jobs", "read_jobs", "retry_dead", "select_dead"]
 
 _JOB = "SELECT id, queue, payload, okey, state, due, retrying, owner, lease, rowid FROM jobs"
 _DEAD = "SELECT id, queue, payload, okey, reason, traceback, died FROM dead"
@@ -209,16 +209,23 @@ def _waiting(
     return merge_pages(parts, keep, limit, state)
 
 
-def read_job(db: sqlite3.Connection, job_id: str, now: float, shift: float) -> StoredJob | None:
-    """The job's record wherever it is (waiting or running, dead, done), or None."""
-    row = db.execute(f"{_JOB} WHERE id = ?", (job_id,)).fetchone()
-    if row is not None:
-        return _job(row, now, shift)
-    row = db.execute(f"{_DEAD} WHERE id = ?", (job_id,)).fetchone()
-    if row is not None:
-        return _dead(row, shift)
-    row = db.execute(f"{_DONE} WHERE id = ? AND expires >= ?", (job_id, now)).fetchone()
-    return None if row is None else _done(row, shift)
+def read_jobs(
+    db: sqlite3.Connection, job_ids: Sequence[str], now: float, shift: float
+) -> list[StoredJob | None]:
+    """Each job's record wherever it is (waiting or running, dead, done), or None: three
+    statements per :func:`chunks` of ids, each reading its table by primary key."""
+    found: dict[str, StoredJob] = {}
+    for chunk in chunks(list(dict.fromkeys(job_ids))):
+        marks = ",".join("?" * len(chunk))
+        # Read last what status() looks at first: a live job over a dead one (its id
+        # enqueued anew), a dead one over a kept result.
+        for row in db.execute(f"{_DONE} WHERE id IN ({marks}) AND expires >= ?", (*chunk, now)):
+            found[row[0]] = _done(row, shift)
+        for row in db.execute(f"{_DEAD} WHERE id IN ({marks})", tuple(chunk)):
+            found[row[0]] = _dead(row, shift)
+        for row in db.execute(f"{_JOB} WHERE id IN ({marks})", tuple(chunk)):
+            found[row[0]] = _job(row, now, shift)
+    return [found.get(job_id) for job_id in job_ids]
 
 
 def select_dead(

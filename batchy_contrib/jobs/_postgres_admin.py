@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from batchy.jobs import Backend, DeadJob, JobStateError, StoredJob
 
+from ._postgres_read import by_id
 from ._postgres_schema import Names
 from ._postgres_sql import KEY_WAIT, KEY_WAIT_SECONDS
 
@@ -31,9 +32,36 @@ __all__ = ["PostgresOperating"]
 Conn = psycopg.AsyncConnection[Any]
 Row = tuple[Any, ...]
 
-_JOB = "SELECT id, queue, payload, okey, state, due, retrying, owner, lease, seq FROM {s}.jobs"
-_DEAD = "SELECT id, queue, payload, okey, reason, traceback, died FROM {s}.dead"
-_DONE = "SELECT id, result, expires, queue, okey, payload FROM {s}.results"
+_JOB_COLUMNS = [
+    "id",
+    "queue",
+    "payload",
+    "okey",
+    "state",
+    "due",
+    "retrying",
+    "owner",
+    "lease",
+    "seq",
+]
+_DEAD_COLUMNS = ["id", "queue", "payload", "okey", "reason", "traceback", "died"]
+_DONE_COLUMNS = ["id", "result", "expires", "queue", "okey", "payload"]
+_JOB = f"SELECT {', '.join(_JOB_COLUMNS)} FROM {{s}}.jobs"
+_DEAD = f"SELECT {', '.join(_DEAD_COLUMNS)} FROM {{s}}.dead"
+_DONE = f"SELECT {', '.join(_DONE_COLUMNS)} FROM {{s}}.results"
+# Many jobs' records in one statement: one row per id, with the columns of each
+# table (NULL where it has no such id), each table read by its primary key.
+_RECORDS = (
+    "WITH c(t) AS (SELECT {s}.clock()), w(id) AS (SELECT unnest(%s::text[])) SELECT w.id, c.t, "
+    + ", ".join(
+        f"{alias}.{column}"
+        for alias, columns in (("j", _JOB_COLUMNS), ("d", _DEAD_COLUMNS), ("r", _DONE_COLUMNS))
+        for column in columns
+    )
+    + " FROM c CROSS JOIN w LEFT JOIN {s}.jobs AS j ON j.id = w.id "
+    "LEFT JOIN {s}.dead AS d ON d.id = w.id "
+    "LEFT JOIN {s}.results AS r ON r.id = w.id AND r.expires >= c.t"
+)
 
 
 def _job(row: Row, now: float, shift: float) -> StoredJob:
@@ -62,6 +90,19 @@ def _done(row: Row, shift: float) -> StoredJob:
     return StoredJob(
         job_id, queue or "", "done", payload or "", key, result=result, expires=expires + shift
     )
+
+
+def _record(row: Row, now: float) -> StoredJob | None:
+    """The record in one row of ``_RECORDS``: a live job over a dead one (its id enqueued
+    anew), a dead one over a kept result, as ``status()`` reads them."""
+    t, shift = row[1], now - row[1]  # the store's times are reported on the caller's clock
+    live, rest = row[2 : 2 + len(_JOB_COLUMNS)], row[2 + len(_JOB_COLUMNS) :]
+    dead, done = rest[: len(_DEAD_COLUMNS)], rest[len(_DEAD_COLUMNS) :]
+    if live[0] is not None:
+        return _job(live, t, shift)
+    if dead[0] is not None:
+        return _dead(dead, shift)
+    return _done(done, shift) if done[0] is not None else None
 
 
 async def _rows(conn: Conn, sql: str, params: Sequence[Any]) -> list[Row]:
@@ -221,18 +262,13 @@ class PostgresOperating:
                 break
         return Backend.cut_page(found, lambda j: True, limit, False, "queued")
 
-    async def job(self, job_id: str, now: float) -> StoredJob | None:
-        s = self.names.sql
-        async with (await self.pool()).connection() as conn:
-            (t,) = (await _rows(conn, s("SELECT {s}.clock()"), ()))[0]
-            rows = await _rows(conn, s(f"{_JOB} WHERE id = %s"), [job_id])
-            if rows:
-                return _job(rows[0], t, now - t)
-            rows = await _rows(conn, s(f"{_DEAD} WHERE id = %s"), [job_id])
-            if rows:
-                return _dead(rows[0], now - t)
-            rows = await _rows(conn, s(f"{_DONE} WHERE id = %s AND expires >= %s"), [job_id, t])
-            return _done(rows[0], now - t) if rows else None
+    async def jobs(self, job_ids: Sequence[str], now: float) -> list[StoredJob | None]:
+        if not job_ids:
+            return []  # (no round trip for nothing)
+        async with by_id(await self.pool()) as conn:
+            rows = await _rows(conn, self.names.sql(_RECORDS), [list(dict.fromkeys(job_ids))])
+        found = {row[0]: _record(row, now) for row in rows}
+        return [found[job_id] for job_id in job_ids]
 
     async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
         chosen = list(ids)

@@ -245,14 +245,14 @@ return {rows, marks, nxt, string.format('%.6f', clock())}
 """
 )
 
-# ARGV: prefix, id. Returns {record or empty, Redis's clock}.
+# ARGV: prefix, ids. Returns {a record or empty for each id, in order; Redis's clock}.
 JOB = (
     LIB
     + _WHERE
     + r"""
-local id = ARGV[2]
-local r = record(ARGV[2]) or done_record(ARGV[2]) or {}
-return {r, string.format('%.6f', clock())}
+local found = {}
+for i = 2, #ARGV do found[#found + 1] = record(ARGV[i]) or done_record(ARGV[i]) or {} end
+return {found, string.format('%.6f', clock())}
 """
 )
 
@@ -346,9 +346,12 @@ class RedisOperating:
         ]
         return jobs, (Backend.make_cursor(tag, nxt) if nxt else None)
 
-    async def job(self, job_id: str, now: float) -> StoredJob | None:
-        row, store_now = await self._admin_script("job")(keys=[], args=[self.prefix, job_id])
-        return self._record(row, now - float(store_now)) if row else None
+    async def jobs(self, job_ids: Sequence[str], now: float) -> list[StoredJob | None]:
+        if not job_ids:
+            return []  # (no round trip for nothing)
+        rows, store_now = await self._admin_script("job")(keys=[], args=[self.prefix, *job_ids])
+        shift = now - float(store_now)
+        return [self._record(row, shift) if row else None for row in rows]
 
     async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
         allowed = ",".join(Backend.actions[action])

@@ -467,7 +467,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         return (await self.statuses([job_id], now))[0]
 
     async def statuses(self, job_ids: Sequence[str], now: float) -> list[JobStatus]:
-        async with (await self.pool()).connection() as conn:
+        async with _read.by_id(await self.pool()) as conn:
             return await _read.statuses(conn, self.names, job_ids)
 
     async def info(self, now: float) -> Info:

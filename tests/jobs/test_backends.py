@@ -26,6 +26,7 @@ from batchy.jobs import (
     ResultNotKept,
     Retry,
     SerializationError,
+    StoredJob,
     TextError,
 )
 from batchy.jobs._fetch import fetch_order
@@ -983,31 +984,31 @@ async def test_a_result_that_could_not_be_kept_is_not_taken_for_none(queue: Queu
     )
 
 
-async def test_statuses_reads_each_state_as_status_does(backend: Backend) -> None:
-    # Every store's statuses() answers each id as its status() does, live jobs
-    # before dead or done ones of the same id, duplicates and unknown ids alike.
+async def every_state(backend: Backend) -> None:
+    """Jobs in every state, each named after it (its payload its name in JSON): ``queued``,
+    ``scheduled``, ``running``, ``retrying``, ``dead``, ``done``, ``unkept`` (done, its result
+    not kept) and ``dead-again`` (dead, and its id enqueued again: queued)."""
     now = time.time()
-    pushed = [
-        Envelope("running", "q", "{}"),
-        Envelope("retrying", "q", "{}"),
-        Envelope("dead", "q", "{}"),
-        Envelope("done", "q", "{}"),
-        Envelope("unkept", "q", "{}"),
-        Envelope("dead-again", "q", "{}"),
-    ]
-    await backend.push(pushed, now)
+    names = ("running", "retrying", "dead", "done", "unkept", "dead-again")
+    await backend.push([Envelope(i, "q", f'"{i}"') for i in names], now)
     claims = await backend.cycle([], ["q"], 10, "w", 60.0, now)
     tokens = {c.id: c.token for c in claims}
     outcomes = [
-        Outcome("retrying", "retry", "q", "{}", due=now + 600, token=tokens["retrying"]),
+        Outcome("retrying", "retry", "q", '"retrying 2"', due=now + 600, token=tokens["retrying"]),
         Outcome("dead", "dead", "q", reason="ValueError: no", token=tokens["dead"]),
         Outcome("dead-again", "dead", "q", reason="gone", token=tokens["dead-again"]),
         Outcome("done", "done", "q", result='"yes"', keep=60, token=tokens["done"]),
         Outcome("unkept", "done", "q", result=None, keep=60, token=tokens["unkept"]),
     ]
     assert not (await backend.cycle(outcomes, [], 0, "w", 60.0, now)).refused
-    again = [Envelope("queued", "q", "{}"), Envelope("dead-again", "q", "{}")]
+    again = [Envelope("queued", "q", "{}"), Envelope("dead-again", "q", '"again"')]
     await backend.push([*again, Envelope("scheduled", "q", "{}", due=now + 600)], now)
+
+
+async def test_statuses_reads_each_state_as_status_does(backend: Backend) -> None:
+    # Every store's statuses() answers each id as its status() does, live jobs
+    # before dead or done ones of the same id, duplicates and unknown ids alike.
+    await every_state(backend)
     ids = ["queued", "scheduled", "running", "retrying", "dead", "done", "unkept", "dead-again"]
     ids += ["never", "done", "queued"]
     found = await backend.statuses(ids, time.time())
@@ -1018,3 +1019,33 @@ async def test_statuses_reads_each_state_as_status_does(backend: Backend) -> Non
     assert found[6].result is None and found[7].reason == "" and found[0].result is None
     assert await backend.statuses([], time.time()) == []
     assert [await backend.status(i, time.time()) for i in ids] == found
+
+
+async def test_jobs_reads_each_record_as_job_does_in_order_across_chunks(
+    backend: Backend,
+) -> None:
+    # Every store's jobs() answers each id with the record job() gives it, live
+    # jobs before dead or done ones of the same id, unknown ids as None; in the
+    # order asked, duplicates included, however many ids (SQLite reads 500 a statement).
+    now = time.time()
+    await every_state(backend)
+    known = ["queued", "scheduled", "running", "retrying", "dead", "done", "dead-again"]
+    ids = [*known, "never", "done", *(f"never-{i}" for i in range(1200)), *known, "queued"]
+    found = await backend.jobs(ids, time.time())
+    states = [None if j is None else j.state for j in found]
+    expected = ["queued", "scheduled", "running", "retrying", "dead", "done", "queued"]
+    assert states == [*expected, None, "done", *[None] * 1200, *expected, "queued"]
+    assert [j.id for j in found if j is not None] == [i for i in ids if "never" not in i]
+    by_id = {j.id: j for j in found if j is not None}
+    assert by_id["running"].worker == "w" and by_id["running"].payload == '"running"'
+    assert by_id["retrying"].payload == '"retrying 2"'
+    assert by_id["dead"].reason == "ValueError: no" and by_id["done"].result == '"yes"'
+    assert by_id["dead-again"].payload == '"again"'  # the live job, not its dead entry
+    assert by_id["scheduled"].due == pytest.approx(now + 600, abs=1)  # the caller's clock
+
+    def timeless(job: StoredJob | None) -> StoredJob | None:
+        return job and replace(job, due=0.0, lease=0.0, died_at=0.0, expires=0.0)
+
+    alone = [timeless(await backend.job(i, time.time())) for i in known]
+    assert alone == [timeless(j) for j in found[: len(known)]]
+    assert await backend.jobs([], time.time()) == []

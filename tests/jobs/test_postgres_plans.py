@@ -278,3 +278,23 @@ async def test_a_turn_that_prunes_reads_little_and_compiles_nothing(
     await store.cycle(outcomes(mine), ["q"], OWN, "w", 60.0, time.time())
     assert any("DELETE FROM" in p and ".workers" in p for p in store.plans)  # it pruned
     assert work(store.plans) < 40 * OWN, store.plans
+
+
+@pytest.mark.parametrize("analyzed", ["while empty", "with the backlog"])
+async def test_many_jobs_are_read_by_their_ids_not_with_the_table(
+    postgres_dsn: str, postgres_schema: str, explained: Callable[..., Explained], analyzed: str
+) -> None:
+    """The records of a page of sharded runs (``jobs()``) and the statuses of
+    ``ShardedJob.wait`` and of ``result()``'s waiters (``statuses()``) ran with the plain
+    planner: 256 ids of 20,000 jobs hash-joined a scan of the whole table."""
+    store = explained()
+    await free_jobs(store, postgres_dsn, postgres_schema, analyzed)
+    if analyzed == "with the backlog":
+        analyze(postgres_dsn, postgres_schema)
+    ids = [f"free{j:05d}" for j in range(0, N, N // 256)][:256]
+    store.plans.clear()
+    assert [j and j.id for j in await store.jobs(ids, time.time())] == ids
+    assert work(store.plans) < 20 * len(ids), store.plans
+    store.plans.clear()
+    assert {s.state for s in await store.statuses(ids, time.time())} == {"queued"}
+    assert work(store.plans) < 20 * len(ids), store.plans

@@ -6,11 +6,21 @@ import asyncio
 import json
 import time
 from collections import Counter
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
 import batchy
-from batchy.jobs import Backend, ConfigError, JobDefinitionError, Outcome, Queue
+from batchy.jobs import (
+    Backend,
+    ConfigError,
+    JobDefinitionError,
+    NoRetry,
+    Outcome,
+    Queue,
+    ShardInfo,
+)
 
 from .conftest import fast_worker
 
@@ -196,3 +206,80 @@ async def test_a_run_with_a_shard_finished_or_dead_is_still_going(queue: Queue) 
     assert await copy.start("r") == 0  # shard 1 queued again
     await fast_worker(queue, burst=True).run()
     assert runs.count((0, None)) == 1 and runs.count((1, 0)) == 2  # resumed, twice at 0
+
+
+GAVE_UP = "(failed 1 time(s); not retried: NoRetry)"
+
+
+def counted(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """The calls ``backend`` receives from now on to the methods that read jobs or runs."""
+    calls: Counter[str] = Counter()
+    for name in ("job", "jobs", "status", "statuses", "runs"):
+
+        async def call(
+            *args: Any, _original: Any = getattr(backend, name), _name: str = name
+        ) -> Any:
+            calls[_name] += 1
+            return await _original(*args)
+
+        monkeypatch.setattr(backend, name, call)
+    return calls
+
+
+async def test_a_page_of_runs_reads_every_shard_in_one_store_call(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Admin.runs read each shard with a store call of its own: a dashboard's page
+    # of 20 runs of 256 shards made 5,120 calls, 2.9 s on PostgreSQL, at each of
+    # its refreshes (every 5 s); status() and wait() read one shard per call.
+    gate = asyncio.Event()
+
+    @queue.sharded(shards=8, name="scan", retries=1)
+    async def scan(shard: int, shards: int, cursor: int | None) -> int | None:
+        kind = shard % 4
+        if kind == 1:
+            raise ValueError(f"shard {shard} broke")  # retrying (its next try is far off)
+        if kind == 2 and cursor is None:
+            return 7  # the cursor saved, then it runs until the test lets it go
+        if kind == 2:
+            await gate.wait()
+        if kind == 3:
+            raise NoRetry(f"shard {shard} gave up")
+        return None
+
+    await scan.start("r1")
+    await scan.start("r2")
+    worker = fast_worker(queue)
+    task = asyncio.create_task(worker.run())
+    try:
+        expected = [
+            ShardInfo(0, "done", batches=0),
+            ShardInfo(1, "retrying", error="ValueError: shard 1 broke"),
+            ShardInfo(2, "running", 7, worker.id),
+            ShardInfo(3, "dead", error=f"NoRetry: shard 3 gave up {GAVE_UP}"),
+        ] * 2
+        expected = [replace(s, shard=i) for i, s in enumerate(expected)]
+        expected[5] = replace(expected[5], error="ValueError: shard 5 broke")
+        expected[7] = replace(expected[7], error=f"NoRetry: shard 7 gave up {GAVE_UP}")
+        deadline = time.monotonic() + 10
+        for run in ("r1", "r2"):
+            while await queue.admin.shards(scan, run) != expected:
+                assert time.monotonic() < deadline, await queue.admin.shards(scan, run)
+                await asyncio.sleep(0.02)
+        calls = counted(queue.backend, monkeypatch)
+        r2, r1 = await queue.admin.runs(scan)
+        assert calls == {"runs": 1, "jobs": 1}  # before: runs 1, job 16
+        assert [(r.run, list(r.shards)) for r in (r1, r2)] == [("r1", expected), ("r2", expected)]
+        assert await queue.admin.runs(scan, limit=1) == [r2]
+        calls.clear()
+        assert await queue.admin.shards(scan, "r1") == expected
+        assert [s.state for s in await scan.status("r1")] == [s.state for s in expected]
+        assert calls == {"jobs": 1, "statuses": 1}
+        calls.clear()
+        with pytest.raises(TimeoutError, match=r"run 'r2' not done after 0\.25s"):
+            await scan.wait("r2", timeout=0.25)  # a read every 0.1 s
+        assert calls.keys() == {"statuses"} and 2 <= calls["statuses"] <= 5, calls
+    finally:
+        gate.set()
+        worker.stop()
+        await task

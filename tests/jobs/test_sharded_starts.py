@@ -35,15 +35,15 @@ _names = itertools.count(1)
 starter: contextvars.ContextVar[int | None] = contextvars.ContextVar("starter", default=None)
 
 
-@pytest.mark.parametrize("pause", ["push", "status"])
+@pytest.mark.parametrize("pause", ["push", "statuses"])
 @pytest.mark.parametrize("first", [True, False], ids=["first-start", "restart"])
 async def test_two_starts_at_once_run_each_shard_once(
     queue: Queue, monkeypatch: pytest.MonkeyPatch, pause: str, first: bool
 ) -> None:
     # Both starts read every shard done (or never run) and both pushed: the shards
     # the first start's worker had finished by then were pushed again and ran twice.
-    # Here one start stops after its first read (pause="status": the others come
-    # after the other start's run) or before its push, while another start runs.
+    # Here one start stops after its read of the shards' states (pause="statuses")
+    # or before its push, while another start runs.
     runs: Counter[int] = Counter()
 
     @queue.sharded(shards=SHARDS, name="race")
@@ -59,7 +59,7 @@ async def test_two_starts_at_once_run_each_shard_once(
 
     async def stalled(*args: object, **kwargs: object) -> object:
         monkeypatch.setattr(backend, pause, original)  # only the first call waits
-        if pause == "status":  # the read is made, then the wait
+        if pause == "statuses":  # the read is made, then the wait
             answer = await original(*args, **kwargs)
             paused.set()
             await go.wait()
@@ -132,7 +132,7 @@ class Gates:
 
 @contextmanager
 def gated(backend: Backend, gates: Gates) -> Iterator[None]:
-    names = ("run_started", "status", "push")
+    names = ("run_started", "statuses", "push")
     for name in names:
         original = getattr(backend, name)
 
