@@ -467,6 +467,8 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         return (await self.statuses([job_id], now))[0]
 
     async def statuses(self, job_ids: Sequence[str], now: float) -> list[JobStatus]:
+        if not job_ids:
+            return []  # (no round trip for nothing)
         async with _read.by_id(await self.pool()) as conn:
             return await _read.statuses(conn, self.names, job_ids)
 

@@ -371,16 +371,17 @@ class RedisBackend(RedisOperating, views.RedisViews):
         return (await self.statuses([job_id], now))[0]
 
     async def statuses(self, job_ids: Sequence[str], now: float) -> list[JobStatus]:
-        if not job_ids:
-            return []  # (no round trip for nothing)
-        statuses, found = [], await self._run("status", *job_ids)
-        for job_id, (state, *value) in zip(job_ids, found, strict=True):
-            if state == "dead":
-                statuses.append(JobStatus(job_id, "dead", reason=json.loads(value[0])["reason"]))
-            elif state == "done":
-                statuses.append(JobStatus(job_id, "done", result=value[0] or None))
-            else:
-                statuses.append(JobStatus(job_id, state))
+        statuses = []
+        for chunk in self.chunks(job_ids, self.status_chunk):
+            found = await self._run("status", *chunk)
+            for job_id, (state, *value) in zip(chunk, found, strict=True):
+                if state == "dead":
+                    reason = json.loads(value[0])["reason"]
+                    statuses.append(JobStatus(job_id, "dead", reason=reason))
+                elif state == "done":
+                    statuses.append(JobStatus(job_id, "done", result=value[0] or None))
+                else:
+                    statuses.append(JobStatus(job_id, state))
         return statuses
 
     async def dead_jobs(self, limit: int = 100) -> list[DeadJob]:

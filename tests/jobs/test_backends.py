@@ -20,12 +20,14 @@ from batchy.jobs import (
     JobHook,
     JobNotFound,
     JobStateError,
+    MemoryBackend,
     NoRetry,
     Outcome,
     Queue,
     ResultNotKept,
     Retry,
     SerializationError,
+    SQLiteBackend,
     StoredJob,
     TextError,
 )
@@ -1019,6 +1021,40 @@ async def test_statuses_reads_each_state_as_status_does(backend: Backend) -> Non
     assert found[6].result is None and found[7].reason == "" and found[0].result is None
     assert await backend.statuses([], time.time()) == []
     assert [await backend.status(i, time.time()) for i in ids] == found
+    # However many: SQLite reads 500 ids a statement, Redis 1,000 a script.
+    never = [f"never-{i}" for i in range(2400)]
+    many = await backend.statuses([*never, *ids, *never], time.time())
+    assert many[len(never) : -len(never)] == found
+    assert {(s.state, s.id in never) for s in many[: len(never)] + many[-len(never) :]} == {
+        ("unknown", True)
+    }
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite", "redis", "postgres"])
+async def test_reading_no_jobs_makes_no_round_trip(store: str, tmp_path: Any) -> None:
+    # PostgreSQL's statuses([]) took a connection and ran a statement to answer [].
+    # Here every store is one that cannot answer (nothing listens at its address,
+    # or its file is closed): a round trip would raise.
+    backend: Backend
+    if store == "memory":
+        backend = MemoryBackend()
+    elif store == "sqlite":
+        backend = SQLiteBackend(tmp_path / "jobs.db")
+        await backend.close()
+    elif store == "redis":
+        from batchy_contrib.jobs.redis import RedisBackend
+
+        backend = RedisBackend("redis://127.0.0.1:1/0")
+    else:
+        from batchy_contrib.jobs.postgres import PostgresBackend
+
+        backend = PostgresBackend("postgresql://postgres@127.0.0.1:1/test?connect_timeout=1")
+    try:
+        assert await asyncio.wait_for(backend.statuses([], time.time()), 5) == []
+        assert await asyncio.wait_for(backend.jobs([], time.time()), 5) == []
+    finally:
+        if store != "sqlite":
+            await backend.close()
 
 
 async def test_jobs_reads_each_record_as_job_does_in_order_across_chunks(
