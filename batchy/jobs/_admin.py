@@ -25,10 +25,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from batchy import short_repr
+
 from . import _clock
 from ._errors import ConfigError, JobNotFound, JobStateError, PayloadError
 from ._model import Claimed, Info, KeyInfo, Message, WorkerInfo, decode
 from ._records import LIST_STATES, JobInfo, JobPage, PeriodicInfo, RunInfo, ShardInfo, StoredJob
+from ._screen import check_lookup
 from ._serializer import Serializer
 from ._sharded import ShardedJob
 from ._ticks import PeriodicLike
@@ -65,6 +68,7 @@ _WORDS = {
 }
 # Where an operator finds the ids an action takes.
 _LISTS = {"retry_dead": "batchy dead list", "delete_dead": "batchy dead list"}
+_CHECK_ID = "check the id (`batchy jobs list`, `batchy dead list`)"
 
 
 class Managed(Protocol):
@@ -171,9 +175,14 @@ class Admin:
             )
         if type(limit) is not int or not 1 <= limit <= 1000:
             raise ConfigError(f"page size limit={limit!r} must be an int from 1 to 1000")
+        for what, text in (("queue", queue), ("ordering key", key)):
+            if text is not None:
+                where = f"admin.jobs({state!r}, {what.split()[-1]}={short_repr(text)})"
+                check_lookup(text, what, where, "take it out of the filter")
 
     async def job(self, job_id: str) -> JobInfo:
         """The details of one job, wherever it is; :class:`JobNotFound` if the store lacks it."""
+        check_lookup(job_id, "job id", f"admin.job({short_repr(job_id)})", _CHECK_ID)
         found = await self.backend.job(job_id, _clock.now())
         if found is None:
             raise JobNotFound(
@@ -360,10 +369,14 @@ class Admin:
         chosen = [ids] if isinstance(ids, str) else list(dict.fromkeys(ids))
         if not chosen:
             return 0
+        verb, done = _WORDS[action]
+        for job_id in chosen:
+            where = f"admin.{action}({short_repr(job_id)})"
+            fix = f"nothing was {done}; check the ids (`{_LISTS.get(action, 'batchy jobs list')}`)"
+            check_lookup(job_id, "job id", where, fix)
         refused = await self.backend.act(action, chosen, _clock.now())
         if not refused:
             return len(chosen)
-        verb, done = _WORDS[action]
         now = _clock.now()
         for job_id in [i for i, state in refused.items() if state == "unknown"]:
             found = await self.backend.job(job_id, now)  # a done job: say so, not "unknown"

@@ -6,6 +6,7 @@
           +-- SerializationError  arguments or a result do not fit the serializer (also a TypeError)
           +-- ArgumentError       arguments do not fit the handler's parameters (also a TypeError)
           +-- DelayError          a delay or run time is not a usable time (also a ValueError)
+          +-- TextError           an id, queue or key holds text no store keeps (also a ValueError)
           +-- UnknownJobError     a payload names a job type this process does not know
           +-- PayloadError        a stored payload cannot be decoded
           +-- JobTimeout          a job ran longer than its ``timeout``
@@ -59,7 +60,8 @@ class DelayError(JobError, ValueError):
 
 
 class TextError(JobError, ValueError):
-    """A job's id, queue name or key holds text a store cannot keep; nothing was enqueued."""
+    """A job's id, queue name or key holds text a store cannot keep: nothing was enqueued
+    (or, given to look a job up, no job has it and the store was not asked)."""
 
 
 class UnknownJobError(JobError):

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
+import batchy
+
 from . import _clock
 from ._admin import Admin
 from ._backend import Backend
@@ -33,7 +35,7 @@ from ._hooks import JobEvent, emit
 from ._job import JobCall, JobType, check_queue_name
 from ._model import DeadJob, Envelope, Info, Message, encode
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
-from ._screen import text_problem
+from ._screen import check_lookup
 from ._serializer import JSONSerializer, Serializer
 from ._sharded import SHARD_KEEP, ShardedJob
 from ._sqlite import SQLiteBackend
@@ -326,16 +328,8 @@ class Queue:
         character, a lone surrogate): no job has it, and reading it failed with each
         store's own error (psycopg's DataError, a UnicodeEncodeError) or said unknown.
         """
-        problem = (
-            f"is a {type(job_id).__name__}, not a str"
-            if not isinstance(job_id, str)
-            else text_problem(job_id)
-        )
-        if problem is not None:
-            raise TextError(
-                f"queue.handle({job_id!r}): the job id {problem}, so no store holds a job "
-                "with it; pass the id that enqueue's handle had (handle.id)"
-            )
+        where = f"queue.handle({batchy.short_repr(job_id)})"
+        check_lookup(job_id, "job id", where, "pass the id that enqueue's handle had (handle.id)")
         return Handle(self, job_id, "")
 
     def check_runnable(self, who: str) -> None:

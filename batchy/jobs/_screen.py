@@ -19,7 +19,7 @@ from ._hooks import log
 from ._model import Envelope, Outcome
 from ._times import delay_problem, span_problem
 
-__all__ = ["QUEUE_CHARS", "check_envelopes", "screen_outcomes", "text_problem"]
+__all__ = ["QUEUE_CHARS", "check_envelopes", "check_lookup", "screen_outcomes", "text_problem"]
 
 _KINDS = ("done", "retry", "dead", "release")
 #: What a queue name is made of: stores keep it in fields they separate with others.
@@ -86,6 +86,25 @@ def text_problem(text: str) -> str | None:
             "is not text UTF-8 can encode (bytes decoded with errors='surrogateescape'?)"
         )
     return None
+
+
+def check_lookup(text: object, what: str, where: str, fix: str) -> None:
+    """Raise :class:`TextError` if ``text``, a job id (or a queue, key or run that job
+    ids hold) to look up, is no str a store keeps; ``where`` names the call.
+
+    Enqueue refuses such text on every store, so no job has it; asking a store
+    would fail in the store's own way (psycopg's DataError for a NUL, a
+    UnicodeEncodeError for a lone surrogate) where another answers "unknown".
+    """
+    if isinstance(text, str):
+        problem = text_problem(text)
+    else:
+        problem = f"is a {type(text).__name__}, not a str"
+    if problem is not None:
+        raise TextError(
+            f"{where}: the {what} {problem}, so no store holds a job with it (enqueue "
+            f"refuses such text on every store); {fix}"
+        )
 
 
 def _escaped(text: str) -> str:

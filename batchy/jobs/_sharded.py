@@ -48,6 +48,7 @@ from ._guard import guard
 from ._job import JobType
 from ._model import Envelope, JobStatus, Message, encode
 from ._retry import DEFAULT_RETRIES, Backoff, sidekiq_backoff
+from ._screen import check_lookup
 from ._serializer import JSONSerializer, key_not_text
 
 if TYPE_CHECKING:
@@ -115,8 +116,13 @@ class ShardedJob:
         return max(self.job.keep_result, SHARD_KEEP)
 
     def shard_id(self, run: str, shard: int) -> str:
-        """The job id of one shard of one run."""
+        """The job id of one shard of one run (:class:`TextError` for a run no id can hold)."""
+        self._check_run(run)
         return f"{self.name}:{run}:{shard}"
+
+    def _check_run(self, run: str) -> None:
+        where = f"sharded job {self.name!r} run {batchy.short_repr(run)}"
+        check_lookup(run, "run name", where, "name runs with text a job id can hold")
 
     def __call__(self, shard: int, shards: int, cursor: Any) -> batchy.Task[Any]:
         """Run one batch here and now (as a batchy task), without the queue."""
@@ -126,6 +132,7 @@ class ShardedJob:
         """Enqueue every shard of ``run``; how many were enqueued (0: it is still going,
         or another process started it at the same moment)."""
         backend = self.queue.backend
+        self._check_run(run)  # (the shards' ids hold it; asked, PostgreSQL would fail first)
         # Read before the shards: see _start_key. Then the shards' states, read
         # after it, are at least as new as the start it names.
         last = await backend.run_started(self.name, run)

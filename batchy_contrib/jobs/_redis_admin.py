@@ -351,6 +351,10 @@ class RedisOperating:
     ) -> tuple[list[StoredJob], str | None]:
         tag = state + "@key" if key is not None and state not in ("dead", "done") else state
         cursor = ["", "", ""] if after is None else Backend.read_cursor(after, tag, 3, self)
+        if queue == "" or key == "":
+            # The script reads '' as no filter; no job is in a queue '' (a push refuses
+            # it) or has the key '' (a push stores it as no key).
+            return [], None
         budget = max(self.page_budget, limit + 1)
         args = [self.prefix, state, queue or "", key or "", limit, budget, *cursor]
         rows, marks, nxt, store_now = await self._admin_script("list")(keys=[], args=args)

@@ -203,6 +203,29 @@ def test_errors_exit_2_and_say_what_to_do(cli: Cli) -> None:
     assert code == 2 and "page cursor 'bogus' was not made by" in err
 
 
+def test_an_id_or_filter_no_job_can_have_exits_2_naming_it(cli: Cli) -> None:
+    # A shell passes bytes: ones that are no UTF-8 reach Python as lone surrogates,
+    # which every store but memory failed to encode (a UnicodeEncodeError traceback).
+    bad = os.fsdecode(b"job-\xff")
+    said = "holds a lone surrogate ('\\udcff' at position 4)"
+    for args, where in (
+        (("jobs", "show", bad), "admin.job('job-\\udcff'): the job id"),
+        (("jobs", "delete", bad), "admin.delete('job-\\udcff'): the job id"),
+        (("jobs", "cancel", "ok", bad), "admin.cancel('job-\\udcff'): the job id"),
+        (("dead", "show", bad), "admin.job('job-\\udcff'): the job id"),
+        (("dead", "retry", bad), "admin.retry_dead('job-\\udcff'): the job id"),
+        (("dead", "delete", bad), "admin.delete_dead('job-\\udcff'): the job id"),
+        (("jobs", "list", "--queue", bad), "admin.jobs('queued', queue='job-\\udcff')"),
+        (("jobs", "list", "--state", "blocked", "--key", bad), "admin.jobs('blocked', key="),
+        (("dead", "retry", "--queue", bad), "admin.jobs('dead', queue='job-\\udcff')"),
+    ):
+        code, out, err = cli(*args)
+        assert code == 2 and err.startswith(f"batchy: error: {where}"), (args, err)
+        assert said in err and "enqueue refuses such text on every store" in err, err
+    code, out, _ = cli("dead", "retry", "--job", bad)  # a job type: no job is of it
+    assert code == 0 and "retried 0 dead job(s)" in out
+
+
 @pytest.mark.parametrize("kwargs", ["[1]", "1", '"x"', "null"])
 def test_enqueue_kwargs_that_are_not_a_json_object_are_refused(cli: Cli, kwargs: str) -> None:
     # They were a 20-line traceback: "argument after ** must be a mapping, not list".
