@@ -1,5 +1,9 @@
 """Shared fixtures: real servers (MariaDB, Redis, memcached, PostgreSQL); under CI=true a missing one fails.
 
+The shared servers are on the standard ports; ``private_postgres``,
+``private_redis`` and ``private_mariadb`` are the session's own
+(tests/private_servers.py), for tests that restart or stop their server.
+
 Also, for the whole suite: a test during which asyncio logged an error from a
 callback ("Exception in callback ...", "... exception was never retrieved")
 fails, at its teardown, with the logged text. Such a log means an error escaped
@@ -21,6 +25,7 @@ import threading
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,6 +88,59 @@ def memcached() -> tuple[str, int]:
 @pytest.fixture
 def postgres_server() -> tuple[str, int]:
     return require_server("postgres")
+
+
+# -- private servers, which a test may restart ---------------------------------------
+
+
+def _private(kind: str) -> Iterator[Any]:
+    import private_servers
+
+    server = getattr(private_servers, kind)()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture(scope="session")
+def _private_postgres() -> Iterator[Any]:
+    yield from _private("PrivatePostgres")
+
+
+@pytest.fixture(scope="session")
+def _private_redis() -> Iterator[Any]:
+    yield from _private("PrivateRedis")
+
+
+@pytest.fixture(scope="session")
+def _private_mariadb() -> Iterator[Any]:
+    yield from _private("PrivateMariaDB")
+
+
+@pytest.fixture
+def private_postgres(_private_postgres: Any) -> Iterator[Any]:
+    """A PostgreSQL server of this session's own (tests/private_servers.py), up when the
+    test starts and again after it: the test may restart, stop or crash it."""
+    _private_postgres.ensure_up()
+    yield _private_postgres
+    _private_postgres.ensure_up()
+
+
+@pytest.fixture
+def private_redis(_private_redis: Any) -> Iterator[Any]:
+    """A redis-server of this session's own, with AOF (see ``private_postgres``)."""
+    _private_redis.ensure_up()
+    yield _private_redis
+    _private_redis.ensure_up()
+
+
+@pytest.fixture
+def private_mariadb(_private_mariadb: Any) -> Iterator[Any]:
+    """A MariaDB server of this session's own (see ``private_postgres``)."""
+    _private_mariadb.ensure_up()
+    yield _private_mariadb
+    _private_mariadb.ensure_up()
 
 
 # -- asyncio callback errors ----------------------------------------------------------
