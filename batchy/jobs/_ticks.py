@@ -136,13 +136,13 @@ class Ticks:
         if due:
             try:
                 pushed = await bounded(backend.push([e for _, e in due], now))
-            except JobError as error:  # refused, not failed: trying again cannot help
-                log.error("periodic jobs %s: ticks not enqueued: %s", _names(due), error)
             except Exception as error:
-                self._after.clear()  # the same ticks again, after a pause
-                self._retry_at = now + RETRY
-                failed(error)
-                return
+                if not _refused(error):
+                    self._after.clear()  # the same ticks again, after a pause
+                    self._retry_at = now + RETRY
+                    failed(error)
+                    return
+                log.error("periodic jobs %s: ticks not enqueued: %s", _names(due), error)
             else:
                 # Every worker pushes each tick and the store keeps one: only the worker
                 # whose push was kept tells the hooks (one enqueue counted, one span).
@@ -151,6 +151,15 @@ class Ticks:
                         announce(message)
             self._next.update(self._after)
             self._after.clear()
+
+
+def _refused(error: Exception) -> bool:
+    """Whether the store refused the ticks (trying again cannot help), rather than failed.
+
+    A refusal is a :class:`JobError`; but one that is also a ``TimeoutError``
+    (``NoAnswer``: the store did not answer in time) is an outage like any other.
+    """
+    return isinstance(error, JobError) and not isinstance(error, TimeoutError)
 
 
 def _names(due: Sequence[tuple[Message, Envelope]]) -> str:

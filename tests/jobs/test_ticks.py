@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchy.jobs import Envelope, MemoryBackend, Queue
+from batchy.jobs._outage import NoAnswer
 from batchy.jobs._ticks import RETRY, Ticks
 
 START = 1_800_000_030.0  # 30 s before a minute's tick
@@ -182,3 +183,35 @@ def test_a_periodic_job_ordered_by_a_key_has_its_ticks_ordered() -> None:
     ((_, envelope),) = ticks.due(START + 30)
     assert envelope.key == payroll.order_key(payroll.call())
     assert envelope.key is not None and envelope.key.endswith(":payroll")
+
+
+async def test_a_tick_whose_push_went_unanswered_is_pushed_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A store that did not answer within the worker's lease (NoAnswer: a PostgreSQL
+    # server that is down keeps a push waiting for a connection) was taken for one
+    # that refused the tick, since NoAnswer is a JobError: the tick was logged as
+    # "not enqueued" and dropped, so a daily job whose tick fell in an outage
+    # skipped its day.
+    _, ticks = every_minute()
+    store, failures = Flaky(), []
+    answering = False
+
+    async def bounded(pushing: Awaitable[list[bool]]) -> list[bool]:
+        if not answering:
+            pushing.close()  # type: ignore[attr-defined]  # (a coroutine, never awaited)
+            raise NoAnswer("<store> did not answer within 1s (the worker's lease)")
+        return await pushing
+
+    def push(now: float) -> Awaitable[None]:
+        return ticks.push_due(store, now, lambda message: None, failures.append, bounded)
+
+    await push(START)
+    with caplog.at_level(logging.ERROR, logger="batchy.jobs"):
+        await push(START + 31)
+    assert [type(f) for f in failures] == [NoAnswer] and store.kept == []
+    assert caplog.records == []  # an outage: the worker logs it, once
+    assert ticks.next_at() == START + 31 + RETRY
+    answering = True
+    await push(START + 31 + RETRY)
+    assert store.kept == [tick(START + 30)]
