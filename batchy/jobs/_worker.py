@@ -225,6 +225,11 @@ class Worker:
             await self._ticks.push_due(
                 backend, now, self.queue._announce, self._outage.failed, self._bounded
             )
+            if self._stopping:
+                # Stopped while the ticks went out: a turn now would claim nothing,
+                # and its outcomes go in at the stop's own last turn. An unanswered
+                # push must not make the stop wait a lease more for this one.
+                break
             if self._quiet and self._ahead:
                 self._outcomes += self._ahead.hand_back(self._leases)
             # Slots, and room ahead (a cancelled job claimed ahead may have run over).

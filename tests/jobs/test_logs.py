@@ -416,6 +416,49 @@ async def test_a_store_lost_as_the_worker_stops_neither_fails_nor_holds_up_the_s
     assert runs == [1, 1] and (await handle.status()).state == "done"
 
 
+class SilentAtTick(GoneAtStop):
+    """A memory store that stops answering with the tick push made once ``silent_next``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.silent_next = False
+        self.pushing = asyncio.Event()
+
+    async def push(self, *args: Any, **kwargs: Any) -> list[bool]:
+        if self.silent_next:
+            self.silent = True
+            self.pushing.set()
+        await self.fault("push")
+        return await super().push(*args, **kwargs)
+
+
+async def test_a_stop_during_an_unanswered_tick_push_waits_one_lease_not_two() -> None:
+    # The worker's loop pushes the due ticks, then takes its turn, and looks at
+    # its stop only after both: a stop that came during an unanswered push waited
+    # a lease for the push, then another for a turn that claims nothing, beyond
+    # the documented bound (shutdown_timeout, one lease, a second).
+    store = SilentAtTick()
+    queue = Queue(store)
+
+    @queue.periodic(0.2, name="tick")
+    async def tick() -> None:
+        return None
+
+    worker = fast_worker(queue, lease=1.0, shutdown_timeout=0.2)
+    logging.getLogger("batchy.jobs").setLevel(logging.CRITICAL)  # the outage's own lines
+    try:
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.3)
+        store.silent_next = True
+        await asyncio.wait_for(store.pushing.wait(), 5)
+        worker.stop()
+        began = time.monotonic()
+        await asyncio.wait_for(task, 10)
+    finally:
+        logging.getLogger("batchy.jobs").setLevel(logging.NOTSET)
+    assert time.monotonic() - began < 1.0 + 0.2 + 0.5
+
+
 async def test_a_counter_write_that_never_answers_does_not_stop_the_heartbeats() -> None:
     # The heartbeat loop awaited the counters' write with no limit: one that never
     # answered stopped every later heartbeat, and the worker's own expired lease
