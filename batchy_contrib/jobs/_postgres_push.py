@@ -30,9 +30,9 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from batchy.jobs import ConfigError, Envelope
 
-from .._pg_idle import server_ended
+from ._postgres_pools import Reach, sync_pool
 from ._postgres_schema import Names, ensure_sync
-from ._postgres_sql import KEY_WAIT_SECONDS, RECONNECT_WITHIN
+from ._postgres_sql import KEY_WAIT_SECONDS
 
 __all__ = ["PUSH", "PUSH_ONE", "SERVER_ID", "PostgresPushing", "first_text"]
 
@@ -76,6 +76,7 @@ class PostgresPushing:
     _sync: ConnectionPool[Any] | None
     pool_size: int
     _sync_lock: threading.Lock
+    _reach: Reach  # why the store's last connect failed, if it did
     _schema_ready: bool
     _database: str | None  # the database's name, once connected
     _server: str | None  # its server's system identifier, once connected (if granted)
@@ -177,26 +178,13 @@ class PostgresPushing:
             if self._sync is not None:
                 return self._sync
 
-            def still_open(conn: psycopg.Connection[Any]) -> None:
-                if server_ended(conn):  # a restart, a failover: not handed out
-                    conn.close()
-                    raise psycopg.OperationalError("the server ended this connection while idle")
-
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 if not self._schema_ready:
                     ensure_sync(conn, self.names)
                     self._schema_ready = True
                 self._database = conn.info.dbname
                 self._server = first_text(conn.execute(SERVER_ID).fetchone())
-            pool: ConnectionPool[Any] = ConnectionPool(
-                self.dsn,
-                min_size=1,
-                max_size=self.pool_size,
-                kwargs={"autocommit": True},
-                check=still_open,
-                reconnect_timeout=RECONNECT_WITHIN,  # as the store's own pool (see there)
-                open=False,
-            )
+            pool = sync_pool(self.dsn, self._reach, self.pool_size)
             try:
                 pool.open(wait=True)
             except BaseException:

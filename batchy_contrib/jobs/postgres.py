@@ -63,7 +63,6 @@ from batchy.jobs import (
     WorkerInfo,
 )
 
-from .._pg_idle import server_ended
 from . import _postgres_counts as _counts
 from . import _postgres_read as _read
 from . import _postgres_runs as _runs
@@ -71,9 +70,9 @@ from ._locations import check_postgres_dsn
 from ._postgres_admin import PostgresOperating
 from ._postgres_later import PutOff
 from ._postgres_listen import Listener
+from ._postgres_pools import Reach, async_pool
 from ._postgres_push import PUSH, PUSH_ONE, SERVER_ID, PostgresPushing, first_text
 from ._postgres_schema import MigrationTimeout, Names, SchemaVersionError, ensure_async
-from ._postgres_sql import RECONNECT_WITHIN
 
 __all__ = ["MigrationTimeout", "PostgresBackend", "SchemaVersionError"]
 
@@ -163,7 +162,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         self._database: str | None = None  # the database's name, once connected
         self._server: str | None = None  # and its server's identity (see _postgres_push)
         self._vouched: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._connect_error: str | None = None  # the pool's last failed connect, if the last
+        self._reach = Reach(self.describe())  # why the last connect failed, if it did
         self._queues: set[str] = set()  # queue names noted by this process
         # Outcomes whose key a transaction held; their hand-ins keep half the pool free.
         self._put_off = PutOff(self._hand_in, self.pool_size // 2)
@@ -182,29 +181,10 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
     # -- connections -----------------------------------------------------------------
 
     def connect_error(self) -> str | None:
-        return self._connect_error
-
-    def _recording(self) -> type[psycopg.AsyncConnection[Any]]:
-        """The pool's connection class: notes whether its last connect failed, and why.
-
-        The pool retries a refused connect on its own, and a call waiting for a
-        connection hears nothing of it (the pool only logs it): the worker asks
-        :meth:`connect_error` when such a call did not answer in time.
-        """
-        backend = self
-
-        class Recording(psycopg.AsyncConnection[Any]):
-            @classmethod
-            async def connect(cls, *args: Any, **kwargs: Any) -> Any:
-                try:
-                    conn = await super().connect(*args, **kwargs)
-                except psycopg.Error as error:
-                    backend._connect_error = f"{type(error).__name__}: {error}"
-                    raise
-                backend._connect_error = None
-                return conn
-
-        return Recording
+        # The pools retry a refused connect on their own, and a call waiting for a
+        # connection hears nothing of it: the worker asks here when one did not
+        # answer in time.
+        return self._reach.error
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
@@ -244,31 +224,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         return pool
 
     async def _open(self) -> AsyncConnectionPool[Any]:
-        async def still_open(conn: psycopg.AsyncConnection[Any]) -> None:
-            if server_ended(conn):
-                await conn.close()  # so the pool drops it (one given back open is served again)
-                # A restart ends every idle connection: check the others now, rather
-                # than each at its turn, after the pool's back-off (1, 2, 4 s...).
-                await pool.check()
-                raise psycopg.OperationalError("the server ended this connection while idle")
-
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            self.dsn,
-            min_size=min(4, self.pool_size),
-            max_size=self.pool_size,
-            kwargs={"autocommit": True},
-            connection_class=self._recording(),
-            configure=self._configure,
-            # A connection the server ended while it was idle (a restart, a failover)
-            # is dropped as it is taken, not handed to a push that then fails.
-            check=still_open,
-            # The pool's own reconnect waits 1, 2, 4, 8... s between tries, for up to
-            # five minutes: after an outage the worker (which retries every few
-            # seconds) found no connection for up to that long. Given up after a
-            # moment, a connection is made again by the next call that needs one.
-            reconnect_timeout=RECONNECT_WITHIN,
-            open=False,
-        )
+        pool = async_pool(self.dsn, self._reach, self.pool_size, self._configure)
         try:
             async with await self._connect() as conn:
                 self._database = conn.info.dbname

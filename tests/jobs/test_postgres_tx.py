@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
 
 from batchy.jobs import ConfigError, Envelope, JobStateError, Queue, Worker
 from batchy_contrib.jobs.postgres import PostgresBackend
@@ -201,9 +202,9 @@ async def test_an_async_connection_given_to_the_sync_twin_is_refused(
 
 
 async def test_something_that_is_not_a_connection_is_refused_by_name(
-    store: PostgresBackend,
+    store: PostgresBackend, postgres_dsn: str
 ) -> None:
-    pool = await store.pool()
+    pool = AsyncConnectionPool(postgres_dsn, open=False)  # the application's own
     with pytest.raises(ConfigError) as error:
         await store.push([job()], time.time(), connection=pool)
     assert str(error.value) == (

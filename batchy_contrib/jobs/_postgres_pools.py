@@ -1,0 +1,165 @@
+"""The PostgreSQL store's connection pools: psycopg_pool's, made to give up on a server gone.
+
+psycopg_pool connects in background tasks and tries a refused connect again on
+its own; a call waiting for a connection hears nothing of it. While the server
+was down (a restart, a crash, a failover) an enqueue waited the pool's whole
+timeout (30 s) for a ``PoolTimeout`` that named neither the server nor why. So
+each connection here notes whether its connect failed, and why (:class:`Reach`),
+and a call whose wait for a connection outlasts :data:`RECONNECT_WITHIN` while
+connects fail gives up then, with an error saying where and why; a pool that is
+merely busy is waited for as long as before.
+
+Both pools also drop a connection the server ended while it was idle, as it is
+taken (a restart ends them all), rather than hand it to a call that would fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+
+from .._pg_idle import server_ended
+from ._postgres_sql import RECONNECT_WITHIN
+
+__all__ = ["Reach", "StorePool", "StoreSyncPool", "async_pool", "sync_pool"]
+
+_ENDED = "the server ended this connection while idle"
+
+
+class Reach:
+    """Whether the store's server takes connections: why the last try failed, if it did.
+
+    ``where`` names the store in messages (its location, without a password).
+    """
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.error: str | None = None
+
+    def connected(self, error: BaseException | None) -> None:
+        """A connect ended: with ``error``, or (None) a connection."""
+        self.error = None if error is None else " ".join(f"{type(error).__name__}: {error}".split())
+
+    def timed_out(self, waited: float, wait: float) -> None:
+        """A call waited ``waited`` of its ``wait`` s for a connection, in vain: raise
+        :class:`PoolTimeout` if connects fail, or if its time is up; else it waits on
+        (the pool is only busy)."""
+        if self.error is not None:
+            raise PoolTimeout(
+                f"{self.where} gave no connection within {waited:g}s: its last try to "
+                f"connect failed ({self.error}). Check that the server is running and "
+                "reachable; this call sent nothing (an enqueue enqueued nothing), and the "
+                "next one connects again"
+            ) from None
+        if waited >= wait:
+            raise PoolTimeout(f"couldn't get a connection after {wait:.2f} sec") from None
+
+
+class StorePool(AsyncConnectionPool[Any]):
+    """psycopg_pool's pool, whose callers give up on a server that refuses connections."""
+
+    reach: Reach
+
+    async def getconn(self, timeout: float | None = None) -> Any:
+        wait = self.timeout if timeout is None else timeout
+        try:
+            return await super().getconn(min(wait, RECONNECT_WITHIN))
+        except PoolTimeout:
+            self.reach.timed_out(min(wait, RECONNECT_WITHIN), wait)
+        return await super().getconn(wait - RECONNECT_WITHIN)
+
+
+class StoreSyncPool(ConnectionPool[Any]):
+    """:class:`StorePool` for the blocking connections of ``push_sync``."""
+
+    reach: Reach
+
+    def getconn(self, timeout: float | None = None) -> Any:
+        wait = self.timeout if timeout is None else timeout
+        try:
+            return super().getconn(min(wait, RECONNECT_WITHIN))
+        except PoolTimeout:
+            self.reach.timed_out(min(wait, RECONNECT_WITHIN), wait)
+        return super().getconn(wait - RECONNECT_WITHIN)
+
+
+def async_pool(
+    dsn: str,
+    reach: Reach,
+    max_size: int,
+    configure: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]],
+) -> StorePool:
+    """The store's pool for one event loop, not open yet."""
+
+    class Noted(psycopg.AsyncConnection[Any]):
+        @classmethod
+        async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                conn = await super().connect(*args, **kwargs)
+            except psycopg.Error as error:
+                reach.connected(error)
+                raise
+            reach.connected(None)
+            return conn
+
+    async def still_open(conn: psycopg.AsyncConnection[Any]) -> None:
+        if server_ended(conn):
+            await conn.close()  # so the pool drops it (one given back open is served again)
+            # A restart ends every idle connection: check the others now, rather
+            # than each at its turn, after the pool's back-off (1, 2, 4 s...).
+            await pool.check()
+            raise psycopg.OperationalError(_ENDED)
+
+    pool = StorePool(
+        dsn,
+        min_size=min(4, max_size),
+        max_size=max_size,
+        kwargs={"autocommit": True},
+        connection_class=Noted,
+        configure=configure,
+        check=still_open,
+        # The pool's own reconnect waits 1, 2, 4, 8... s between tries, for up to
+        # five minutes: after an outage the worker (which retries every few
+        # seconds) found no connection for up to that long. Given up after a
+        # moment, a connection is made again by the next call that needs one.
+        reconnect_timeout=RECONNECT_WITHIN,
+        open=False,
+    )
+    pool.reach = reach
+    return pool
+
+
+def sync_pool(dsn: str, reach: Reach, max_size: int) -> StoreSyncPool:
+    """The blocking connections' pool, not open yet."""
+
+    class Noted(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                conn = super().connect(*args, **kwargs)
+            except psycopg.Error as error:
+                reach.connected(error)
+                raise
+            reach.connected(None)
+            return conn
+
+    def still_open(conn: psycopg.Connection[Any]) -> None:
+        if server_ended(conn):  # a restart, a failover: not handed out
+            conn.close()
+            raise psycopg.OperationalError(_ENDED)
+
+    pool = StoreSyncPool(
+        dsn,
+        min_size=1,
+        max_size=max_size,
+        kwargs={"autocommit": True},
+        connection_class=Noted,
+        check=still_open,
+        reconnect_timeout=RECONNECT_WITHIN,  # as the store's own pool
+        open=False,
+    )
+    pool.reach = reach
+    return pool
