@@ -11,10 +11,19 @@ merely busy is waited for as long as before.
 
 Both pools also drop a connection the server ended while it was idle, as it is
 taken (a restart ends them all), rather than hand it to a call that would fail.
+
+And psycopg_pool logs a warning for every connect that fails, every connection
+it discards and every reconnect it gives up on; during an outage each of a
+worker's tries (its turns, heartbeats, ticks) starts such connects: a line or two
+a second per process, thousands in an hour, where the worker says once that the
+store is down and once that it is back, and an enqueue raises its error. For the
+store's own pools those lines are kept at DEBUG (:class:`Quiet`); other pools'
+are left alone.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,9 +33,42 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from .._pg_idle import server_ended
 from ._postgres_sql import RECONNECT_WITHIN
 
-__all__ = ["Reach", "StorePool", "StoreSyncPool", "async_pool", "sync_pool"]
+__all__ = ["Quiet", "Reach", "StorePool", "StoreSyncPool", "async_pool", "sync_pool"]
 
 _ENDED = "the server ended this connection while idle"
+#: The start of the store's pools' names, as psycopg_pool's log lines show them.
+NAME = "batchy-jobs"
+
+
+class Ours:
+    """The store's connections (a base of their classes), for :class:`Quiet` to tell apart."""
+
+
+class Quiet(logging.Filter):
+    """On psycopg_pool's logger: its lines about the store's pools and connections, at DEBUG.
+
+    A filter may change the record it passes on: such a line goes on as a DEBUG
+    one, to whoever shows psycopg_pool's DEBUG lines, and to nobody else.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if record.levelno <= logging.DEBUG or not any(map(_ours, args)):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def _ours(arg: object) -> bool:
+    return isinstance(arg, Ours) or (isinstance(arg, str) and arg.startswith(NAME))
+
+
+def _quiet(name: str) -> str:
+    """``name``, for a pool of the store's; psycopg_pool's logger filtered by then."""
+    logger = logging.getLogger("psycopg.pool")
+    if not any(isinstance(f, Quiet) for f in logger.filters):
+        logger.addFilter(Quiet())
+    return f"{NAME} {name}"
 
 
 class Reach:
@@ -94,7 +136,7 @@ def async_pool(
 ) -> StorePool:
     """The store's pool for one event loop, not open yet."""
 
-    class Noted(psycopg.AsyncConnection[Any]):
+    class Noted(Ours, psycopg.AsyncConnection[Any]):
         @classmethod
         async def connect(cls, *args: Any, **kwargs: Any) -> Any:
             try:
@@ -115,6 +157,7 @@ def async_pool(
 
     pool = StorePool(
         dsn,
+        name=_quiet(reach.where),
         min_size=min(4, max_size),
         max_size=max_size,
         kwargs={"autocommit": True},
@@ -135,7 +178,7 @@ def async_pool(
 def sync_pool(dsn: str, reach: Reach, max_size: int) -> StoreSyncPool:
     """The blocking connections' pool, not open yet."""
 
-    class Noted(psycopg.Connection[Any]):
+    class Noted(Ours, psycopg.Connection[Any]):
         @classmethod
         def connect(cls, *args: Any, **kwargs: Any) -> Any:
             try:
@@ -153,6 +196,7 @@ def sync_pool(dsn: str, reach: Reach, max_size: int) -> StoreSyncPool:
 
     pool = StoreSyncPool(
         dsn,
+        name=_quiet(f"{reach.where} (blocking)"),
         min_size=1,
         max_size=max_size,
         kwargs={"autocommit": True},

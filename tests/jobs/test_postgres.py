@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from batchy.jobs import Envelope, Outcome, Queue, Worker, WorkerInfo
+from batchy_contrib.jobs._postgres_pools import Reach, async_pool
 from batchy_contrib.jobs._postgres_schema import Names, ensure_sync
 from batchy_contrib.jobs._postgres_sql import VERSION
 from batchy_contrib.jobs.postgres import PostgresBackend, SchemaVersionError
@@ -752,3 +753,31 @@ async def test_a_worker_resumes_soon_after_the_server_is_back(
         await worker_queue.close()
         await client.close()
         cut.down()
+
+
+async def test_psycopg_pool_lines_about_the_store_s_pools_are_kept_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # psycopg_pool logs a warning for each connect that fails: during an outage
+    # a worker's tries made one or two a second, an hour of it thousands.
+    async def configure(conn: psycopg.AsyncConnection[object]) -> None:
+        return None
+
+    pool = async_pool("postgresql://x@127.0.0.1:1/x", Reach("the store"), 2, configure)
+    logger = logging.getLogger("psycopg.pool")
+
+    def lines() -> None:
+        logger.warning("error connecting in %r: %s", pool.name, "refused")
+        logger.warning("error connecting in %r: %s", "pool-7", "refused")  # not the store's
+
+    with caplog.at_level(logging.INFO):
+        lines()
+    assert [(r.levelname, r.args[0]) for r in caplog.records] == [("WARNING", "pool-7")]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="psycopg.pool"):
+        lines()
+    assert [(r.levelname, r.args[0]) for r in caplog.records] == [
+        ("DEBUG", pool.name),
+        ("WARNING", "pool-7"),
+    ]
+    assert pool.name == "batchy-jobs the store"
