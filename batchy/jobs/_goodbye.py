@@ -41,11 +41,12 @@ async def hand_in_last(
 
 
 def gave_up(worker: str, outcomes: Sequence[Outcome], error: BaseException, lease: float) -> None:
+    # One line, as the outage's own: the error's name and words say what failed; a
+    # traceback (a driver's connect, forty lines) would say it again at every stop.
     log.error(
         "worker %s stopped without handing in %d outcome(s) (jobs %s): %s; those jobs run "
         "again once their leases run out (within %gs)",
         worker, len(outcomes), ", ".join(o.id for o in outcomes), describe(error), lease,
-        exc_info=error,
     )  # fmt: skip
 
 
