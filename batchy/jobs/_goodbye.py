@@ -85,19 +85,16 @@ async def take_leave(
     background: Sequence[asyncio.Future[None] | None],
     tally: Tally,
     *,
-    silent: bool,
+    gone: str | None,
 ) -> None:
     """The worker's background tasks end; then its counters and its goodbye go to the
-    store, unless the store's last answer was none (each would wait in vain).
-    ``times``: the worker's lease and heartbeat."""
+    store, unless its last call did not get through (``gone`` says how: each would
+    wait in vain). ``times``: the worker's lease and heartbeat."""
     lease, heartbeat = times
     grace = max(1.0, heartbeat)
     await end_background(background, grace)
-    if silent:
-        log.warning(
-            "worker %s: the store did not answer; going without its counters and goodbye",
-            worker,
-        )
+    if gone is not None:
+        log.warning("worker %s: the store %s; going without its counters and goodbye", worker, gone)
         return
     await last_word(worker, tally.flush(backend), "counters", grace)
     # forget_worker may wait a lease for outcomes put off (PostgreSQL).

@@ -117,6 +117,7 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._halt: asyncio.Event | None = None  # set by stop(): ends a back-off wait
         self._silent = False  # the store's last answer was none: a call ran out of time
+        self._unreached = False  # its last call could not reach it (refused, no connection)
         self._flushing: asyncio.Future[None] | None = None  # the heartbeat's counter write
         self._quiet = False
         self._stopping = False
@@ -213,8 +214,10 @@ class Worker:
                 await self._running.wait(max(1.0, self.heartbeat))
                 times = (self.lease, self.heartbeat)
                 background = [beat, self._store_wait.task, self._flushing]
+                gone = "did not answer" if self._silent else None
+                gone = "could not be reached" if self._unreached else gone
                 await take_leave(
-                    self.id, self.queue.backend, times, background, self._tally, silent=self._silent
+                    self.id, self.queue.backend, times, background, self._tally, gone=gone
                 )
 
     async def _loop(self) -> None:
@@ -297,7 +300,12 @@ class Worker:
             # At a stop, the calls left are not worth a lease each (one deadline).
             self._silent = True
             raise
-        self._silent = False
+        except Exception as error:
+            # Nor, after its hand-in, those that would find it gone again (a
+            # PostgreSQL pool gives up on a server that refuses only after a while).
+            self._unreached = self.queue.backend.unreachable(error)
+            raise
+        self._silent = self._unreached = False
         return result
 
     def _no_answer(self) -> str:

@@ -342,15 +342,21 @@ async def test_failing_heartbeats_log_one_line_not_a_traceback_each(
 
 
 class GoneAtStop(FaultyStore):
-    """A memory store that refuses every step once ``gone``, or never answers once ``silent``."""
+    """A memory store that refuses every step once ``gone`` (after ``slowly`` seconds: a
+    pool that gives up), or never answers once ``silent``; ``steps``: those since."""
 
     def __init__(self) -> None:
         super().__init__()
         self.gone = False
         self.silent = False
+        self.slowly = 0.0
+        self.steps: list[str] = []
 
     async def fault(self, step: str) -> None:
+        if self.gone or self.silent:
+            self.steps.append(step)
         if self.gone:
+            await asyncio.sleep(self.slowly)
             raise ConnectionError("connection refused")
         if self.silent:  # a connection dropped without a word
             await asyncio.Event().wait()
@@ -371,7 +377,7 @@ async def test_a_stop_during_an_outage_does_not_wait_out_the_back_off() -> None:
     assert time.monotonic() - began < 0.5  # it slept out the back-off: up to 5 s
 
 
-@pytest.mark.parametrize("how", ["refuses", "stops answering"])
+@pytest.mark.parametrize("how", ["refuses", "refuses slowly", "stops answering"])
 async def test_a_store_lost_as_the_worker_stops_neither_fails_nor_holds_up_the_stop(
     how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -391,7 +397,8 @@ async def test_a_store_lost_as_the_worker_stops_neither_fails_nor_holds_up_the_s
     task = asyncio.create_task(worker.run())
     while not runs:
         await asyncio.sleep(0.01)
-    store.gone, store.silent = how == "refuses", how == "stops answering"
+    store.gone, store.silent = how.startswith("refuses"), how == "stops answering"
+    store.slowly = 0.4 if how == "refuses slowly" else 0.0
     worker.stop()
     began = time.monotonic()
     with caplog.at_level(logging.WARNING, "batchy.jobs"):
@@ -405,11 +412,15 @@ async def test_a_store_lost_as_the_worker_stops_neither_fails_nor_holds_up_the_s
     assert last.startswith(f"worker {worker.id} stopped without handing in 1 outcome(s) (jobs ")
     assert f"(jobs {handle.id}): " in last
     assert last.endswith("those jobs run again once their leases run out (within 0.6s)")
-    if how == "refuses":
+    if how.startswith("refuses"):
         assert "): ConnectionError: connection refused; those jobs" in last
         # One line, as the outage's own: no traceback of the driver's insides
         # (forty lines of redis-py's connect, per worker, at each stop).
         assert not any(r.exc_info for r in caplog.records)
+        # Its hand-in found the store gone: the counters and the goodbye, which
+        # would each wait as long to find the same, are not sent.
+        assert store.steps.count("add_counts") == store.steps.count("forget_worker") == 0
+        assert f"worker {worker.id}: the store could not be reached; going without" in caplog.text
     else:
         assert "did not answer within 0.6s (the worker's lease); those jobs" in last
         assert f"worker {worker.id}: the store did not answer; going without its" in caplog.text
