@@ -211,6 +211,19 @@ class PrivateRedis(_Process):
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    def start(self) -> None:
+        super().start()
+        # It takes connections while it loads its AOF, and answers each command with
+        # LOADING until it has: the server is back once it answers a PING.
+        deadline = time.monotonic() + START_WITHIN
+        while time.monotonic() < deadline:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(64).startswith(b"+PONG"):
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"redis on port {self.port} still loading after {START_WITHIN}s")
+
     def argv(self) -> list[str]:
         return [str(self.exe), "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", str(self.dir), "--save", "", "--appendonly", "yes",
