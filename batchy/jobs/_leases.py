@@ -8,13 +8,15 @@ run's outcome must never pass for the second's.
 
 When the store refuses a claim's token (a heartbeat, a progress save or an
 outcome: the lease ran out and moved on while the worker's loop was blocked or
-its process paused), the claim is *lost*: the worker logs it once, in a whole
-sentence, stops renewing it, cancels its run if it still goes on, and drops its
+its process paused, or while the store could not be reached), the claim is
+*lost*: the worker logs it once, in a whole sentence that says which of those it
+was, stops renewing it, cancels its run if it still goes on, and drops its
 outcome unsent.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,6 +30,20 @@ __all__ = ["Claim", "Leases"]
 
 #: ``(job id, lease token)``: one claim of one job.
 Claim = tuple[str, str]
+
+#: How a lost job's lease ran out, and what to do about it: in an outage of the
+#: store, or while the worker sent no heartbeat.
+_OUTAGE = (
+    "while the store could not be reached (its heartbeats failed)",
+    "A lease longer than the store's outages keeps its jobs through them; else they "
+    "run again, as here.",
+)
+_STALL = (
+    "without a renewal",
+    "Raise lease= above the longest pause of this worker, give the job a timeout= "
+    "shorter than the lease if it can hang, and never block the event loop in a handler "
+    "(await, or run blocking code in a thread): a blocked loop sends no heartbeats.",
+)
 
 
 @dataclass(slots=True)
@@ -51,6 +67,7 @@ class Leases:
         self.lease = lease
         self.serializer = serializer
         self._held: dict[Claim, _Lease] = {}
+        self._beat_failed = -math.inf  # time.monotonic() of the last failed heartbeat
 
     def add(self, job: Claimed, sent: float) -> Claim:
         """A job claimed by a cycle sent at ``sent`` (monotonic): its lease starts no earlier."""
@@ -76,6 +93,10 @@ class Leases:
     def held(self) -> list[Claim]:
         """The claims to renew: every one not lost, finished or not."""
         return [claim for claim, lease in self._held.items() if not lease.lost]
+
+    def unrenewed(self) -> None:
+        """A heartbeat failed (the store could not be reached, or did not answer)."""
+        self._beat_failed = time.monotonic()
 
     def renewed(self, claims: Sequence[Claim], lost: Iterable[str], sent: float) -> None:
         """A heartbeat sent at ``sent`` renewed ``claims`` except the ids in ``lost``."""
@@ -170,13 +191,13 @@ class Leases:
         except PayloadError:
             name = "?"
         over = max(0.0, time.monotonic() - lease.until)
+        # A heartbeat that failed since the lease's last renewal: the store was out
+        # of reach, and the worker's loop, which sent it, was not to blame.
+        outage = self._beat_failed >= lease.until - self.lease
         log.warning(
             "worker %s lost job %s (%s, queue %r): %s, %.1fs after its %gs lease ran out "
-            "without a renewal, so the store gave it to another worker and only that "
-            "worker's outcome counts; this worker drops its own. Raise lease= above the "
-            "longest pause of this worker, give the job a timeout= shorter than the lease "
-            "if it can hang, and never block the event loop in a handler (await, or run "
-            "blocking code in a thread): a blocked loop sends no heartbeats.",
+            "%s, so the store gave it to another worker and only that worker's outcome "
+            "counts; this worker drops its own. %s",
             self.worker,
             job.id,
             name,
@@ -184,4 +205,6 @@ class Leases:
             how,
             over,
             self.lease,
+            _OUTAGE[0] if outage else _STALL[0],
+            _OUTAGE[1] if outage else _STALL[1],
         )

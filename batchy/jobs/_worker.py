@@ -402,6 +402,7 @@ class Worker:
                 await self._beat()
             except Exception as error:
                 self._outage.failed(error, "heartbeat")
+                self._leases.unrenewed()
             else:
                 self._outage.ok("heartbeat")
                 if self._flushing is None or self._flushing.done():

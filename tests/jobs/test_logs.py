@@ -430,6 +430,43 @@ async def test_a_store_lost_as_the_worker_stops_neither_fails_nor_holds_up_the_s
     assert runs == [1, 1] and (await handle.status()).state == "done"
 
 
+async def test_a_job_lost_to_an_outage_says_so_rather_than_blame_the_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # After an outage longer than the lease (a server restart that took a while),
+    # each lost job's line told the operator to unblock the event loop and raise
+    # the lease over "the longest pause of this worker": the loop never stalled.
+    store = GoneAtStop()
+    queue = Queue(store)
+    started = asyncio.Event()
+
+    @queue.job(name="short")
+    async def short() -> None:
+        started.set()
+        await asyncio.sleep(0.1)
+
+    await short.enqueue()
+    worker = fast_worker(queue, lease=0.5)
+    task = asyncio.create_task(worker.run())
+    with caplog.at_level(logging.WARNING, "batchy.jobs"):
+        await asyncio.wait_for(started.wait(), 5)
+        store.gone = True
+        await asyncio.sleep(1.0)  # its lease runs out while the heartbeats fail
+        # Another worker's turn, which the store does answer, takes the job on.
+        await MemoryBackend.cycle(store, [], ["default"], 1, "other", 5.0, time.time())
+        store.gone = False
+        await asyncio.sleep(0.5)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+    (line,) = [m for m in caplog.messages if " lost job " in m]
+    assert "its done outcome was refused" in line, line
+    assert "lease ran out while the store could not be reached (its heartbeats failed)" in line
+    assert line.endswith(
+        "A lease longer than the store's outages keeps its jobs through them; else they "
+        "run again, as here."
+    )
+
+
 class SilentAtTick(GoneAtStop):
     """A memory store that stops answering with the tick push made once ``silent_next``."""
 
