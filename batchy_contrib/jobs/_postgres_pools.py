@@ -1,4 +1,4 @@
-"""The PostgreSQL store's connection pools: psycopg_pool's, made to give up on a server gone.
+"""The PostgreSQL store's connection pools: psycopg_pool's, which give up on a server that is down.
 
 psycopg_pool connects in background tasks and tries a refused connect again on
 its own; a call waiting for a connection hears nothing of it. While the server
@@ -107,11 +107,12 @@ class StorePool(AsyncConnectionPool[Any]):
 
     async def getconn(self, timeout: float | None = None) -> Any:
         wait = self.timeout if timeout is None else timeout
+        first = min(wait, RECONNECT_WITHIN)
         try:
-            return await super().getconn(min(wait, RECONNECT_WITHIN))
+            return await super().getconn(first)
         except PoolTimeout:
-            self.reach.timed_out(min(wait, RECONNECT_WITHIN), wait)
-        return await super().getconn(wait - RECONNECT_WITHIN)
+            self.reach.timed_out(first, wait)
+        return await super().getconn(wait - first)
 
 
 class StoreSyncPool(ConnectionPool[Any]):
@@ -121,11 +122,12 @@ class StoreSyncPool(ConnectionPool[Any]):
 
     def getconn(self, timeout: float | None = None) -> Any:
         wait = self.timeout if timeout is None else timeout
+        first = min(wait, RECONNECT_WITHIN)
         try:
-            return super().getconn(min(wait, RECONNECT_WITHIN))
+            return super().getconn(first)
         except PoolTimeout:
-            self.reach.timed_out(min(wait, RECONNECT_WITHIN), wait)
-        return super().getconn(wait - RECONNECT_WITHIN)
+            self.reach.timed_out(first, wait)
+        return super().getconn(wait - first)
 
 
 def async_pool(

@@ -154,7 +154,8 @@ ALTER FUNCTION {s}.retry_dead(text[]) SET enable_seqscan = off SET jit = off;
 KEY_WAIT_SECONDS = 10
 
 #: Seconds psycopg_pool tries to replace a lost connection before it leaves it to
-#: the next call that needs one (the store's pools; see PostgresBackend._open).
+#: the next call that needs one, and that a call waits for a connection while
+#: connects fail (the store's pools: _postgres_pools).
 RECONNECT_WITHIN = 2.0
 KEY_WAIT = f"'{KEY_WAIT_SECONDS}s'"
 _KEY_WAIT = f"""
