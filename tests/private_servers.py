@@ -155,7 +155,12 @@ class PrivatePostgres(_Private):
     def stop(self, mode: str = "fast") -> None:
         """``mode`` as pg_ctl's: ``fast`` (clients disconnected, clean), ``immediate`` (a crash)."""
         if (self.data / "postmaster.pid").exists():
-            self._ctl("stop", "-m", mode)
+            try:
+                self._ctl("stop", "-m", mode)
+            except RuntimeError:
+                with contextlib.suppress(RuntimeError):  # never left behind
+                    self._ctl("stop", "-m", "immediate")
+                raise
 
     def restart(self, mode: str = "fast") -> None:
         self.stop(mode)
@@ -177,12 +182,18 @@ class _Process(_Private):
         _wait_port(self.port, self.name, self.log)
 
     def stop(self, crash: bool = False) -> None:
-        """SIGTERM (a clean shutdown), or SIGKILL if ``crash``."""
+        """SIGTERM (a clean shutdown), or SIGKILL if ``crash`` (or if the shutdown hangs)."""
         if self.proc is None:
             return
         self.proc.send_signal(signal.SIGKILL if crash else signal.SIGTERM)
-        self.proc.wait(timeout=START_WITHIN)
-        self.proc = None
+        try:
+            self.proc.wait(timeout=START_WITHIN)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # never left behind, its directory gone
+            self.proc.wait()
+            raise
+        finally:
+            self.proc = None
 
     def restart(self, crash: bool = False) -> None:
         self.stop(crash)
