@@ -31,11 +31,18 @@ indexed column, and no hash join (BNLH), whose join buffer compares some
 collations byte by byte (a ``VARCHAR`` under ``utf8mb4_bin``: ``'Ada '``
 missed ``'Ada'``, which ``=`` pads; a ``CHAR`` under a NO PAD ``_ci``
 collation lost rows). Text keys against a column whose hash join matches as
-``=`` does (:attr:`Dialect.unfiltered_prefix`, :meth:`Match.hash_joinable`:
+``=`` does (:attr:`Dialect.unfiltered_prefix`, :meth:`Match.unfiltered`:
 on MariaDB, a ``VARCHAR`` under a collation not ending in ``_bin``) go without
 the ``IN`` filter and with hash joins allowed (``SET STATEMENT
 join_cache_level=6 FOR``): each key sent once, the statement half as long, an
-unindexed column hash-joined instead of scanned once per key.
+unindexed column hash-joined instead of scanned once per key. Text keys
+against a ``CHAR`` go without the filter too, hash joins still off: MariaDB
+reads an index of a ``CHAR`` under a NO PAD collation with the value padded to
+the column's length, so ``'straße'`` finds ``'straße'`` and not ``'strasse'``
+(one character longer), though ``=`` calls them equal; an ``IN`` list whose
+keys are all equal (``'STRASSE'``, ``'straße'``) is read as its first key
+alone, and both keys got ``'strasse'`` only. Without the filter each key is
+looked up alone, as ``WHERE name = key`` alone is.
 SQLite plans the join well with an index on the key column; the same ``IN``
 filter there costs 10-15% with one and does not save the unindexed case.
 
@@ -111,9 +118,9 @@ class Dialect:
     in_filter: bool  # also filter the table with IN (see the module docstring)
     #: Put before every keyed statement: MariaDB's ``SET STATEMENT ... FOR``.
     keyed_prefix: str = ""
-    #: Put before a keyed statement without the IN filter, or None: this dialect
-    #: has no such form. Used for text keys against a column where it is correct
-    #: (:meth:`Match.hash_joinable`).
+    #: Put before a keyed statement without the IN filter that may be hash-joined,
+    #: or None: this dialect has no statement without the filter. Used for text
+    #: keys against a column where it is correct (:meth:`Match.unfiltered`).
     unfiltered_prefix: str | None = None
 
     @property
@@ -181,7 +188,12 @@ class Select:
 
 
 def keyed_sql(
-    select: Select, n: int, d: Dialect, filtered: bool = True, charset: str | None = None
+    select: Select,
+    n: int,
+    d: Dialect,
+    filtered: bool = True,
+    charset: str | None = None,
+    hashed: bool = True,
 ) -> str:
     """The statement for ``n`` keys: each row with the position of the key it matched.
 
@@ -189,7 +201,8 @@ def keyed_sql(
     and ``filtered`` (once for the positions, once for the ``IN`` filter): see
     :func:`repeats`. ``charset`` (MySQL): the key column's character set, where
     it is not the connection's; the keys are converted to it before they meet
-    the column (see :mod:`.mysql`).
+    the column (see :mod:`.mysql`). ``hashed``: an unfiltered statement may be
+    hash-joined (else it keeps :attr:`Dialect.keyed_prefix`).
     """
     s = select
     if d.array:
@@ -216,7 +229,8 @@ def keyed_sql(
         source = f"({first}{rest}) AS k"
     key = f"k.{KEY}" if charset is None else f"CONVERT(k.{KEY} USING {charset})"
     where = f" WHERE t.{s.key} IN {d.params(n)}" if d.in_filter and filtered else ""
-    prefix = d.keyed_prefix if filtered or d.unfiltered_prefix is None else d.unfiltered_prefix
+    unhashed = filtered or not hashed or d.unfiltered_prefix is None
+    prefix = d.keyed_prefix if unhashed else d.unfiltered_prefix
     return (
         f"{prefix}{head}SELECT k.{POS}, {s.columns} FROM {source} "
         f"JOIN {s.table} AS t ON t.{s.key} = {key}{where}{s.order}"

@@ -312,10 +312,11 @@ class SQLDatabase(abc.ABC):
     ) -> Select:
         return select(self.dialect, table, key, columns, order_by)
 
-    def _keyed(self, spec: Select) -> Callable[[int, bool, str | None], str]:
-        def statement(n: int, filtered: bool, charset: str | None) -> str:
+    def _keyed(self, spec: Select) -> Callable[[int, bool | None, str | None], str]:
+        def statement(n: int, unfiltered: bool | None, charset: str | None) -> str:
             # self.dialect is read per batch: MySQL learns MariaDB's faster form later.
-            return keyed_sql(spec, n, self.dialect, filtered, charset)
+            filtered = unfiltered is None
+            return keyed_sql(spec, n, self.dialect, filtered, charset, hashed=bool(unfiltered))
 
         return statement
 
@@ -328,7 +329,7 @@ class SQLDatabase(abc.ABC):
     def _loader(
         self,
         match: Match,
-        keyed: Callable[[int, bool, str | None], str] | None,
+        keyed: Callable[[int, bool | None, str | None], str] | None,
         plain: Callable[[int], str],
         row: Callable[..., Any] | None,
         max_batch_size: int | None,
@@ -360,7 +361,7 @@ class SQLDatabase(abc.ABC):
     async def _load(
         self,
         match: Match,
-        keyed: Callable[[int, bool, str | None], str] | None,
+        keyed: Callable[[int, bool | None, str | None], str] | None,
         plain: Callable[[int], str],
         keys: list[Any],
     ) -> list[Any]:
@@ -412,7 +413,7 @@ class SQLDatabase(abc.ABC):
     async def _load_kind(
         self,
         match: Match,
-        keyed: Callable[[int, bool, str | None], str] | None,
+        keyed: Callable[[int, bool | None, str | None], str] | None,
         plain: Callable[[int], str],
         keys: list[Any],
         deadline: float | None,
@@ -430,7 +431,7 @@ class SQLDatabase(abc.ABC):
         rows: list[Row] = []
         sql = ""
         positional = False
-        filtered = True  # the IN filter beside the positions (see _build)
+        how: bool | None = None  # None: the IN filter beside the positions (see _build)
         CONNECTING.set(False)
         try:
             async with asyncio.timeout_at(deadline):
@@ -442,12 +443,12 @@ class SQLDatabase(abc.ABC):
                     positional = keyed is not None and not match.exact_in_python(batch)
                     repeat = 1
                     if keyed is not None and positional:
-                        # Text keys need no IN filter where the dialect hash-joins and
-                        # the column's hash join matches as = does (see _build).
+                        # Text keys need no IN filter where the dialect has that form
+                        # and the column was reported as taking them so (see _build).
                         d = self.dialect
-                        filtered = d.unfiltered_prefix is None or not match.hash_joinable(batch)
-                        sql = keyed(len(batch), filtered, match.charset_for(batch))
-                        repeat = repeats(d, filtered)
+                        how = None if d.unfiltered_prefix is None else match.unfiltered(batch)
+                        sql = keyed(len(batch), how, match.charset_for(batch))
+                        repeat = repeats(d, how is None)
                     else:
                         sql = plain(len(batch))
                     try:
@@ -464,9 +465,7 @@ class SQLDatabase(abc.ABC):
                                 alone[sent[j]] = why(self, name, batch[j], error)
                         sent = [i for j, i in enumerate(sent) if j not in rejected.bad]
                         continue
-                    if not filtered and not match.hash_joinable(batch):
-                        # The result reports a column whose hash join may miss rows
-                        # (ALTER TABLE since the last batch): ask again, filtered.
+                    if positional and _ask_again(how, match.unfiltered(batch), self.dialect):
                         continue
                     if positional or keyed is None or match.still_ints(rows):
                         break
@@ -524,3 +523,14 @@ def _own(match: Match, outcome: object) -> object:
     if outcome is _ABSENT:
         return [] if match.many else None
     return outcome
+
+
+def _ask_again(sent: bool | None, seen: bool | None, d: Dialect) -> bool:
+    """After a batch of keys went with positions: does its own result say the column
+    takes its keys another way than they were sent (:meth:`Match.unfiltered`), one that
+    could have missed rows? Sent hash-joined to a column now reported otherwise (ALTER
+    TABLE since the last batch), or filtered to a CHAR column, whose IN filter can lose
+    rows (its first batch): asked again its way. Other changes only cost time."""
+    if sent:
+        return seen is not True
+    return sent is None and seen is False and d.unfiltered_prefix is not None

@@ -19,11 +19,14 @@ a column ever returns something else (ALTER TABLE), the batch is asked again
 with positions, and every loader of that column learns it.
 
 MariaDB learns one more thing per column, from the column the server
-reports in every result: whether its hash join matches keys as ``=`` does
-(see :meth:`Match.learn_hashable`). Text keys against such a column go without
-the ``IN`` filter beside the positions, hash join allowed (:mod:`._build`),
-which halves the statement; any other batch keeps the filter, hash join off.
-The first batch of a column, before anything is learnt, keeps it too.
+reports in every result: whether text keys may go without the ``IN`` filter
+beside the positions, and with a hash join or not (see
+:meth:`Match.learn_unfiltered`). Against a ``VARCHAR`` whose hash join matches
+keys as ``=`` does they go unfiltered, hash join allowed (:mod:`._build`),
+which halves the statement; against a ``CHAR`` they go unfiltered, hash join
+off, because the filter itself lost rows there; any other batch keeps the
+filter, hash join off. The first batch of a column, before anything is
+learnt, keeps it too (and a ``CHAR`` column's is asked again unfiltered).
 
 :meth:`query` runs your SQL, which batchy cannot rewrite, so its rows are
 matched to keys by Python equality on the key column: there, keys must equal
@@ -57,12 +60,13 @@ class Seen:
     Shared by every loader of the database, so a loader made per request gains too.
     """
 
-    __slots__ = ("charsets", "hashable", "ints")
+    __slots__ = ("charsets", "ints", "unfiltered")
 
     def __init__(self) -> None:
         self.ints: set[tuple[str, str]] = set()  # returned only ints so far
-        #: Last reported as a column whose hash join matches text keys as = does.
-        self.hashable: set[tuple[str, str]] = set()
+        #: Last reported as a column that takes text keys without the IN filter:
+        #: True where a hash join matches them as = does, False where it must not be used.
+        self.unfiltered: dict[tuple[str, str], bool] = {}
         #: MySQL: the character set of a column the server would not compare with
         #: the connection's text (latin1, ascii); its keys are converted to it.
         self.charsets: dict[tuple[str, str], str] = {}
@@ -129,19 +133,22 @@ class Match:
             return False
         return all(type(k) is int or k is None for k in keys)
 
-    def hash_joinable(self, keys: list[Any]) -> bool:
-        """True if these keys are text and the column was last reported as one whose hash
-        join matches text keys as ``=`` does (so they may go without the IN filter)."""
-        if self.column not in self.seen.hashable:
-            return False
-        return all(type(k) is str or k is None for k in keys)
+    def unfiltered(self, keys: list[Any]) -> bool | None:
+        """None if these keys need the IN filter; else whether a hash join may match them.
 
-    def learn_hashable(self, hashable: bool) -> None:
-        """Record what the server just reported of the key column: hash-joinable or not."""
-        if hashable:
-            self.seen.hashable.add(self.column)
+        Only text keys, against a column last reported as taking them unfiltered
+        (see :func:`.mysql._unfiltered`), go without the filter."""
+        how = self.seen.unfiltered.get(self.column)
+        if how is None or not all(type(k) is str or k is None for k in keys):
+            return None
+        return how
+
+    def learn_unfiltered(self, how: bool | None) -> None:
+        """Record what the server just reported of the key column (see :meth:`unfiltered`)."""
+        if how is None:
+            self.seen.unfiltered.pop(self.column, None)
         else:
-            self.seen.hashable.discard(self.column)
+            self.seen.unfiltered[self.column] = how
 
     def still_ints(self, rows: list[Row]) -> bool:
         """After a batch without positions: did the column return only ints, as it used to?"""

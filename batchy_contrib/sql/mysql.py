@@ -77,7 +77,7 @@ __all__ = [
 #: Until the first connection says MariaDB: UNION ALL SELECT, which every server parses.
 MYSQL = Dialect("mysql", "`", "%s", keys_table="union", in_filter=True)
 #: Batched key access for indexed key columns (see _build). A hash join (BNLH) only for
-#: text keys against a column whose hash join matches as = does (_hash_joins_as_equal):
+#: text keys against a column whose hash join matches as = does (_unfiltered):
 #: MariaDB's hashed join buffers compare some collations byte by byte, so under
 #: utf8mb4_bin 'Ada ' missed 'Ada' (PAD SPACE), and a CHAR column under a NO PAD _ci
 #: collation lost rows.
@@ -296,7 +296,7 @@ class Database(SQLDatabase):
             raise KeysRejected({}, again=True) from error
         # Learnt from every result, so an ALTER TABLE is seen at once (and a batch
         # sent unfiltered to a column that is no longer hash-joinable is asked again).
-        match.learn_hashable(_hash_joins_as_equal(fields.get(match.key)))
+        match.learn_unfiltered(_unfiltered(fields.get(match.key)))
         return rows
 
     async def _charset(self, match: Match) -> str | None:
@@ -567,8 +567,10 @@ def _no_text(key: Any, charset: str | None, match: Match) -> ValueError | None:
     )
 
 
-def _hash_joins_as_equal(field: Any) -> bool:
-    """True if MariaDB's hash join matches text keys to this result column as ``=`` does.
+def _unfiltered(field: Any) -> bool | None:
+    """How MariaDB matches text keys to this result column as ``=`` alone does: None
+    with the IN filter, True without it and hash joins allowed, False without it and
+    hash joins off.
 
     The field's collation id is no help: the server reports the result's
     character set (utf8mb4_general_ci), not the column's. Its type and BINARY
@@ -576,13 +578,21 @@ def _hash_joins_as_equal(field: Any) -> bool:
     on MariaDB 10.11 against ``WHERE col = key`` for every key alone (trailing
     spaces, case, accents, expansions, keys longer than the column): a
     ``VARCHAR`` under any of 173 collations not ending in ``_bin`` matched the
-    same rows; under ``_bin`` (PAD SPACE) ``'Ada '`` missed ``'Ada'``. A ``CHAR``
-    under a NO PAD ``_ci`` collation lost rows, and the flags do not tell NO
-    PAD, so ``CHAR`` (and ``ENUM``, ``UUID``, sent as the same type) is never.
+    same rows hash-joined; under ``_bin`` (PAD SPACE) ``'Ada '`` missed ``'Ada'``.
+    A ``CHAR`` under a NO PAD ``_ci`` collation lost rows hash-joined, and the
+    flags do not tell NO PAD, so ``CHAR`` (and ``ENUM``, ``UUID``, sent as the
+    same type) is never hash-joined; nor filtered, since its index is read with
+    the key padded to the column's length, so under NO PAD ``'straße'`` finds
+    ``'straße'`` and not ``'strasse'``, and ``IN ('STRASSE', 'straße')`` only
+    ``'strasse'``: each key must be looked up alone (see :mod:`._build`).
     """
     if field is None:
-        return False  # unknown: keep the filter, and hash joins off
-    return bool(field.type_code == FIELD_TYPE.VAR_STRING and not field.flags & FLAG.BINARY)
+        return None  # unknown: keep the filter, and hash joins off
+    if field.type_code == FIELD_TYPE.STRING:
+        return False
+    if field.type_code == FIELD_TYPE.VAR_STRING and not field.flags & FLAG.BINARY:
+        return True
+    return None
 
 
 def _server_answered(error: BaseException) -> bool:

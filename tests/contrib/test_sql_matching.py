@@ -496,10 +496,50 @@ async def test_mariadb_never_hash_joins_binary_or_char_key_columns(
     sent = Sent(mysql_db)
     for _ in range(3):
         assert await load_all(by_name, keys) == want
-    assert len(sent.sql) == 3
-    for sql in sent.sql:  # each key twice: positions, and the IN filter; no hash join
+    if column.startswith("CHAR"):  # no filter either, once learnt (see the next test)
+        assert [sql.count("?") for sql in sent.sql] == [10, 5, 5, 5]
+    else:  # each key twice: positions, and the IN filter
+        assert [sql.count("?") for sql in sent.sql] == [10, 10, 10]
+        assert all(" WHERE t.`name` IN (?, " in sql for sql in sent.sql)
+    for sql in sent.sql:  # no hash join
         assert sql.startswith(FILTERED + "SELECT k.batchy__pos")
-        assert sql.count("?") == 10 and " WHERE t.`name` IN (?, " in sql
+
+
+@pytest.mark.parametrize("index", ["", ", KEY (name)"])
+async def test_mariadb_looks_up_each_text_key_alone_in_a_char_column(
+    mysql_url: str, index: str
+) -> None:
+    """Under a NO PAD collation MariaDB reads a CHAR column's index with the key padded to
+    the column's length: WHERE name = 'straße' finds 'straße' only, not 'strasse' (one
+    character longer), and IN ('STRASSE', 'straße'), keys equal under the collation, was
+    read as 'STRASSE' alone: the IN filter left both keys 'strasse', and 'straße' lost
+    its own row, from the first batch on."""
+    db = await mysql.connect(mysql_url, maxsize=1)  # fresh: its first batch learns CHAR
+    try:
+        rows = [(1, "straße"), (2, "strasse"), (3, "ada")]
+        # Rows enough that the index is used (on 3 rows the server scans, and compares).
+        rows += [(4 + i, f"filler{i:05}") for i in range(FILLER)]
+        column = "CHAR(20) COLLATE utf8mb4_unicode_nopad_ci"
+        await make(db, "folks", f"id INT PRIMARY KEY, name {column}{index}", rows)
+        by_name = db.many("folks", "name", columns=["id"], order_by="id")
+        one = db.one("folks", "name", columns=["id"])
+        keys = ["STRASSE", "straße"]
+        want = [await db.fetch("SELECT id, name FROM folks WHERE name = %s", [k]) for k in keys]
+        if index:  # the server's own answer, each key alone
+            assert want == [[{"id": 2, "name": "strasse"}], [{"id": 1, "name": "straße"}]]
+        sent = Sent(db)
+        for _ in range(2):
+            assert await load_all(by_name, keys) == want
+            if index:
+                assert await load_all(one, keys) == [w[0] for w in want]
+        # The first batch went filtered (nothing known yet), and was asked again without
+        # the filter once its result said CHAR; each key once from then on, no hash join.
+        assert " IN (" in sent.sql[0]
+        for sql in sent.sql[1:]:
+            assert sql.startswith(FILTERED + "SELECT k.batchy__pos")
+            assert sql.count("?") == 2 and " IN (" not in sql
+    finally:
+        await db.close()
 
 
 @pytest.mark.parametrize("index", ["", ", KEY (name)"])
