@@ -329,6 +329,10 @@ async def mariadb_folks(db: mysql.Database, collation: str, kind: str, indexed: 
     keys=["ADA", "a ", "A"], indexed=False, collation="utf8mb4_unicode_nopad_ci", kind="CHAR(20)"
 )
 @example(keys=["a", "a "], indexed=False, collation="utf8mb4_nopad_bin", kind="CHAR(20)")
+# An indexed CHAR under NO PAD: the IN filter read both keys as 'STRASSE' alone.
+@example(
+    keys=["STRASSE", "straße"], indexed=True, collation="utf8mb4_unicode_nopad_ci", kind="CHAR(20)"
+)
 def test_each_key_gets_exactly_what_the_server_returns_for_it_alone_mariadb(
     mysql_url: str, keys: list[str | bytes], indexed: bool, collation: str, kind: str
 ) -> None:
