@@ -152,7 +152,9 @@ def test_a_job_updated_while_a_claim_runs_is_claimed_not_only_locked(
             got: list[tuple[str, str]] = []
 
             def claim() -> None:
-                with psycopg.connect(postgres_dsn, autocommit=True) as a:
+                with psycopg.connect(
+                    postgres_dsn, autocommit=True, application_name="batchy-claim-under-test"
+                ) as a:
                     got.extend(
                         a.execute(
                             f"SELECT kind, id FROM {s}.cycle('[]'::jsonb, ARRAY['q'], 1, 'wA', "
@@ -162,7 +164,16 @@ def test_a_job_updated_while_a_claim_runs_is_claimed_not_only_locked(
 
             thread = threading.Thread(target=claim)
             thread.start()
-            time.sleep(0.05)  # its claim is scanning past the held rows
+            # Its claim is scanning past the held rows: seen running on the server, not
+            # assumed after a pause (on a busy machine the thread took longer to get
+            # there, and the update below came before its statement began).
+            deadline = time.monotonic() + 10
+            while not admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = "
+                "'batchy-claim-under-test' AND state = 'active' AND query LIKE '%cycle(%'"
+            ).fetchone():
+                assert time.monotonic() < deadline, "the claim never started"
+                time.sleep(0.002)
             admin.execute(
                 f"UPDATE {s}.jobs SET state = 1, owner = 'wB', token = 'tokB', "
                 f"lease = {s}.clock() + 30 WHERE id = 't'"
