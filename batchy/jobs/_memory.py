@@ -59,6 +59,9 @@ class MemoryBackend(Backend):
         self._keys: dict[str, deque[str]] = {}
         self._wakeups = Wakeups(None)  # in-process only
         self._cancels: dict[str, tuple[str, str]] = {}  # id -> (worker, token) to cancel
+        # Every queue that has or had jobs, for `info`: a queue whose jobs all wait
+        # behind their keys' heads has no heap yet.
+        self._queues: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<MemoryBackend jobs={len(self._jobs)}>"
@@ -93,6 +96,7 @@ class MemoryBackend(Backend):
             due = _clock.on_store(env.due, sent, now)
             seq = next(self._seq)  # push order, kept by a job behind its key's head
             job = self._jobs[env.id] = _Job(env.id, env.queue, env.payload, due, seq, key=env.key)
+            self._queues.add(env.queue)
             if env.key is not None:
                 line = self._keys.setdefault(env.key, deque())
                 line.append(env.id)
@@ -282,7 +286,7 @@ class MemoryBackend(Backend):
     async def info(self, now: float) -> Info:
         now = _clock.store_now()
         queues = []
-        for name in sorted(self._ready):
+        for name in sorted(self._queues):
             # Jobs waiting behind their key's head are not claimable: not counted here
             # (as in the other stores); `keys()` shows them.
             jobs = [
