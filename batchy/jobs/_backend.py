@@ -6,7 +6,9 @@ every backend:
 
 - ``push`` stores all envelopes or none; an envelope whose ``unique`` key was
   used within ``unique_ttl`` seconds, or whose id is a job still in the store
-  (waiting, running or retrying), is skipped (``False`` in the result).
+  (waiting, running or retrying), is skipped (``False`` in the result). A
+  skipped envelope takes nothing: not its unique key, nor a place in ``info``'s
+  queues.
 - One job's bad values fail that job, never the round trip: ``push`` refuses
   an envelope with an unusable due time (:meth:`check_envelopes`), and ``cycle``
   applies an outcome no store could keep as that job's death

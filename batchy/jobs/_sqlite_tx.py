@@ -224,12 +224,19 @@ def insert_jobs(
 ) -> list[bool]:
     """Insert new jobs (a unique key still held, or a known id, refuses one); which went in.
 
+    A refused envelope takes nothing: a known id is looked for before the unique
+    key is taken (a live job's id took the key, and the next enqueue under it was
+    refused too), and only the queues of stored jobs are noted.
+
     ``db`` may be the application's connection, whose TEMP tables SQLite looks in
     before the file's: a temporary ``jobs`` would take the jobs and drop them with
     the connection, so every table here is named in ``main``.
     """
     pushed: list[bool] = []
     for env in envelopes:
+        if db.execute("SELECT 1 FROM main.jobs WHERE id = ?", (env.id,)).fetchone():
+            pushed.append(False)
+            continue
         if env.unique is not None:
             db.execute("DELETE FROM main.uniques WHERE key = ? AND expires <= ?", (env.unique, now))
             cur = db.execute(
@@ -246,9 +253,8 @@ def insert_jobs(
             (env.id, env.queue, env.payload, due, env.key, entry_state(db, env.key)),
         )
         pushed.append(cur.rowcount == 1)
-    db.executemany(
-        "INSERT OR IGNORE INTO main.queues (name) VALUES (?)", {(e.queue,) for e in envelopes}
-    )
+    stored = {(e.queue,) for e, ok in zip(envelopes, pushed, strict=True) if ok}
+    db.executemany("INSERT OR IGNORE INTO main.queues (name) VALUES (?)", stored)
     return pushed
 
 

@@ -23,7 +23,7 @@ from ._postgres_cycle import ADVANCE, CYCLE, HEARTBEAT
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 12
+VERSION = 13
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -195,6 +195,57 @@ BEGIN
 END $$;
 """
 
+# Version 13: a skipped envelope takes nothing. Its unique key was taken before
+# its id was looked at, so an enqueue of a live job's id took the key, and the
+# next enqueue under that key, of another id, was skipped too; and every
+# envelope's queue was listed, stored or not. Now the job goes in first and
+# takes its unique key only then (a row another transaction inserts with the same
+# id is waited for by the insert, so no race takes the key either), and only the
+# queues of stored jobs are noted.
+PUSH_STEP = f"""
+CREATE OR REPLACE FUNCTION {{s}}.push(
+  p_ids text[], p_queues text[], p_payloads text[], p_offsets float8[], p_uniques text[],
+  p_ttls float8[], p_keys text[]
+) RETURNS boolean[] LANGUAGE plpgsql SET enable_seqscan = off SET jit = off
+SET lock_timeout = {KEY_WAIT} AS $$
+#variable_conflict use_column
+DECLARE
+  t float8 := {{s}}.clock();
+  pushed boolean[] := ARRAY[]::boolean[];
+  ok boolean;
+  st smallint;
+  at float8;
+BEGIN
+  PERFORM {{s}}.lock_keys(p_keys);
+  FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
+    at := t + coalesce(p_offsets[i], 0);
+    st := 0;
+    IF p_keys[i] IS NOT NULL AND EXISTS (SELECT 1 FROM {{s}}.jobs WHERE okey = p_keys[i]) THEN
+      st := 2;
+    END IF;
+    INSERT INTO {{s}}.jobs (id, queue, payload, due, okey, state)
+      VALUES (p_ids[i], p_queues[i], p_payloads[i], at, p_keys[i], st)
+      ON CONFLICT (id) DO NOTHING;
+    ok := FOUND;
+    IF ok AND p_uniques[i] IS NOT NULL THEN
+      INSERT INTO {{s}}.uniques AS u (key, expires) VALUES (p_uniques[i], t + p_ttls[i])
+        ON CONFLICT (key) DO UPDATE SET expires = excluded.expires WHERE u.expires <= t;
+      ok := FOUND;
+      IF NOT ok THEN  -- the key is taken: the envelope is skipped, its row removed
+        DELETE FROM {{s}}.jobs WHERE id = p_ids[i];
+      END IF;
+    END IF;
+    IF ok AND st = 0 THEN
+      PERFORM {{s}}.wake(p_queues[i], at > t);  -- sent on commit, folded per queue
+    END IF;
+    pushed := pushed || ok;
+  END LOOP;
+  INSERT INTO {{s}}.queues SELECT DISTINCT q FROM unnest(p_queues, pushed) AS u(q, ok) WHERE ok
+    ON CONFLICT DO NOTHING;
+  RETURN pushed;
+END $$;
+"""
+
 #: The current schema: tables, indexes and the step functions.
 SCHEMA = f"""
 CREATE TABLE {{s}}.jobs (
@@ -242,47 +293,7 @@ CREATE FUNCTION {{s}}.wake(p_queue text, p_due boolean) RETURNS void LANGUAGE sq
 $$;
 
 {ADVANCE}
-CREATE FUNCTION {{s}}.push(
-  p_ids text[], p_queues text[], p_payloads text[], p_offsets float8[], p_uniques text[],
-  p_ttls float8[], p_keys text[]
-) RETURNS boolean[] LANGUAGE plpgsql SET enable_seqscan = off SET jit = off
-SET lock_timeout = {KEY_WAIT} AS $$
-#variable_conflict use_column
-DECLARE
-  t float8 := {{s}}.clock();
-  pushed boolean[] := ARRAY[]::boolean[];
-  ok boolean;
-  st smallint;
-  at float8;
-BEGIN
-  PERFORM {{s}}.lock_keys(p_keys);
-  FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
-    ok := true;
-    IF p_uniques[i] IS NOT NULL THEN
-      INSERT INTO {{s}}.uniques AS u (key, expires) VALUES (p_uniques[i], t + p_ttls[i])
-        ON CONFLICT (key) DO UPDATE SET expires = excluded.expires WHERE u.expires <= t;
-      ok := FOUND;
-    END IF;
-    IF ok THEN
-      at := t + coalesce(p_offsets[i], 0);
-      st := 0;
-      IF p_keys[i] IS NOT NULL AND EXISTS (SELECT 1 FROM {{s}}.jobs WHERE okey = p_keys[i]) THEN
-        st := 2;
-      END IF;
-      INSERT INTO {{s}}.jobs (id, queue, payload, due, okey, state)
-        VALUES (p_ids[i], p_queues[i], p_payloads[i], at, p_keys[i], st)
-        ON CONFLICT (id) DO NOTHING;
-      ok := FOUND;
-      IF ok AND st = 0 THEN
-        PERFORM {{s}}.wake(p_queues[i], at > t);  -- sent on commit, folded per queue
-      END IF;
-    END IF;
-    pushed := pushed || ok;
-  END LOOP;
-  INSERT INTO {{s}}.queues SELECT DISTINCT q FROM unnest(p_queues) q ON CONFLICT DO NOTHING;
-  RETURN pushed;
-END $$;
-
+{PUSH_STEP}
 {CYCLE}
 {HEARTBEAT}
 -- Seconds until the first delayed or retry job of p_queues falls due, or the
@@ -311,4 +322,5 @@ MIGRATIONS: dict[int, str] = {
     9: CYCLE + HEARTBEAT + ADVANCE + _NO_SCANS,
     10: HEARTBEAT + RETRY_DEAD + _KEY_WAIT,
     11: CYCLE,  # version 12: the prune skips rows another transaction holds
+    12: PUSH_STEP,  # version 13: a skipped envelope takes nothing
 }

@@ -346,6 +346,32 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
         assert found == [("jobs_blocked",)]
 
 
+async def test_a_version_12_schema_gets_the_push_that_a_skipped_envelope_takes_nothing_from(
+    store: PostgresBackend, postgres_dsn: str, postgres_schema: str
+) -> None:
+    await store.migrate()
+    await store.close()
+    schema = f'"{postgres_schema}"'
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        # Version 12's push, as far as this test can tell: it stores nothing.
+        conn.execute(
+            f"CREATE OR REPLACE FUNCTION {schema}.push(p_ids text[], p_queues text[], "
+            "p_payloads text[], p_offsets float8[], p_uniques text[], p_ttls float8[], "
+            "p_keys text[]) RETURNS boolean[] LANGUAGE sql AS $$ SELECT ARRAY[]::boolean[] $$"
+        )
+        conn.execute(f"UPDATE {schema}.version SET version = 12")
+    again = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    try:
+        now = time.time()
+        assert await again.push([Envelope("job", "a", "{}")], now) == [True]
+        skipped = Envelope("job", "b", "{}", unique="once", unique_ttl=60.0)
+        other = Envelope("other", "a", "{}", unique="once", unique_ttl=60.0)
+        assert await again.push([skipped, other], now) == [False, True]
+        assert [q.name for q in (await again.info(now)).queues] == ["a"]
+    finally:
+        await again.close()
+
+
 async def test_a_bad_schema_name_is_refused() -> None:
     from batchy.jobs import ConfigError
 
