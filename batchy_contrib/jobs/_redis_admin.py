@@ -30,8 +30,11 @@ from ._redis_scripts import LIB
 
 __all__ = ["RedisOperating"]
 
-# Where a job is, and its record, as the listings and actions read it.
+# Where a job is, and its record, as the listings and actions read it: as of now,
+# once the jobs whose time came are moved to their queues (see move_due).
 _WHERE = r"""
+move_due(clock())
+wake_left({})
 local function where(id)
   if redis.call('HEXISTS', p..'jobs', id) == 0 then
     if redis.call('ZSCORE', p..'dead', id) then return 'dead', '', nil end

@@ -101,6 +101,19 @@ local function leave(id, now)
   end
   return key
 end
+-- Due delayed jobs and retries join their queue, at most 1000 of each per call.
+-- The cycle moves them before it claims, and every script that reads a job's
+-- state for people (status, info, listings, actions) before it reads: a job
+-- whose time came is queued, whether or not a worker looked since.
+local function move_due(now)
+  for _, zset in ipairs({'sched', 'retry'}) do
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..zset, '-inf', now, 'LIMIT', 0, 1000)) do
+      local q = qof(id)
+      zrem(zset, id, q)
+      if q then ready(id, q, now, false) end
+    end
+  end
+end
 -- A keyed job joins the end of its key's line; true when it must wait behind a head.
 local function join(id, key)
   if key == nil or key == '' then return false end
@@ -236,13 +249,7 @@ if buried then
   end
 end
 -- Due delayed jobs and retries join their queue; expired leases go back to the front.
-for _, zset in ipairs({'sched', 'retry'}) do
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..zset, '-inf', now, 'LIMIT', 0, 1000)) do
-    local q = qof(id)
-    zrem(zset, id, q)
-    if q then ready(id, q, now, false) end
-  end
-end
+move_due(now)
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', p..'leases', '-inf', now, 'LIMIT', 0, 1000)) do
   redis.call('ZREM', p..'leases', id)
   redis.call('HDEL', p..'owner', id)
@@ -329,11 +336,23 @@ HEARTBEAT_OOM = "#!lua flags=allow-oom\n" + HEARTBEAT
 STATUS = (
     LIB
     + """
+local now = clock()
+move_due(now)
+wake_left({})
 local function status(id)
   if redis.call('ZSCORE', p..'leases', id) then return {'running'} end
   if redis.call('ZSCORE', p..'retry', id) then return {'retrying'} end
   if redis.call('ZSCORE', p..'sched', id) then return {'scheduled'} end
-  if redis.call('HEXISTS', p..'jobs', id) == 1 then return {'queued'} end
+  if redis.call('HEXISTS', p..'jobs', id) == 1 then
+    -- A job behind its key's head is scheduled until its own due time (in meta).
+    local key = redis.call('HGET', p..'okey', id)
+    local m = redis.call('HGET', p..'meta', id)
+    if key and m and redis.call('LINDEX', p..'k:'..key, 0) ~= id
+       and tonumber(string.sub(m, string.find(m, '\t', 1, true) + 1)) > now then
+      return {'scheduled'}
+    end
+    return {'queued'}
+  end
   local dead = redis.call('HGET', p..'deadinfo', id)
   if dead then return {'dead', dead} end
   local done = redis.call('GET', p..'done:'..id)

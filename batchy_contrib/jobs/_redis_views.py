@@ -38,6 +38,8 @@ if redis.call('EXISTS', p..'n:ok') == 0 then
   end
   redis.call('SET', p..'n:ok', '1')
 end
+move_due(now)  -- a job whose time came counts as queued (see move_due)
+wake_left({})
 -- Running jobs per queue, and who holds each lease now (the token names its
 -- worker): live, not as of heartbeats.
 local running, held = {}, {}

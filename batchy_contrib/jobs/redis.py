@@ -20,8 +20,10 @@ Keys (all under ``prefix``, default ``batchy:``):
 A claim never deletes a job: it moves the id from its list to ``leases``, so a
 worker that dies leaves its jobs there, and the next ``cycle`` of any worker
 (one script: apply outcomes, move due jobs, recover expired leases, claim) puts
-them back. Scripts run atomically in Redis, so every due or orphaned job moves
-exactly once. An outcome, heartbeat or progress save names the lease token of
+them back. The scripts that tell people where jobs are (status, info, listings,
+actions) move due jobs first too, so a job whose time came is queued whether or
+not a worker looked since. Scripts run atomically in Redis, so every due or
+orphaned job moves exactly once. An outcome, heartbeat or progress save names the lease token of
 its claim, and the script applies it only while ``owner`` still holds that token
 (fencing: a worker that stalled past its lease cannot speak for the job any
 more). Every time is Redis's own ``TIME``, read inside the scripts: the workers'

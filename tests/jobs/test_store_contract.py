@@ -3,13 +3,16 @@ and kept here as the smallest example, run on every store."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
-from batchy.jobs import Backend, Envelope
+from batchy.jobs import Backend, Envelope, Outcome
 
 pytestmark = pytest.mark.timeout(60)
+
+WAITING = ("queued", "scheduled", "retrying")
 
 
 async def test_info_lists_a_queue_whose_jobs_all_wait_behind_their_keys(backend: Backend) -> None:
@@ -44,3 +47,36 @@ async def test_an_envelope_that_is_skipped_takes_nothing(backend: Backend, calls
     # The key is taken now, by the envelope that was stored.
     third = Envelope("third", "a", "p4", unique="once", unique_ttl=60.0)
     assert await backend.push([third], now) == [False]
+
+
+async def test_a_job_whose_time_came_is_queued_before_any_worker_looks(backend: Backend) -> None:
+    # Redis said scheduled (or retrying) for a delayed job (or a retry) whose time
+    # had come, in status, info, the listings and to the actions, until a
+    # worker's cycle moved it to its queue; the other stores said queued.
+    now = time.time()
+    await backend.push([Envelope("again", "a", "p1"), Envelope("later", "a", "p2", now + 0.2)], now)
+    (claim,) = await backend.cycle([], ["a"], 1, "w", 30.0, now)
+    retry = Outcome("again", "retry", "a", "p3", now + 0.2, token=claim.token)
+    assert await backend.cycle([retry], ["a"], 0, "w", 30.0, now) == []
+    assert (await backend.status("again", now)).state == "retrying"
+    await asyncio.sleep(0.3)
+    now = time.time()
+    assert [(await backend.status(i, now)).state for i in ("again", "later")] == ["queued"] * 2
+    (queue,) = (await backend.info(now)).queues
+    assert (queue.size, queue.scheduled, queue.retrying) == (2, 0, 0)
+    listed = {s: {j.id for j in (await backend.list_jobs(s, now))[0]} for s in WAITING}
+    assert listed == {"queued": {"again", "later"}, "scheduled": set(), "retrying": set()}
+    assert await backend.act("run_now", ["later"], now) == {"later": "queued"}
+
+
+async def test_a_delayed_job_behind_its_keys_head_is_scheduled(backend: Backend) -> None:
+    # Redis said queued for it; the other stores scheduled, as its time is ahead.
+    now = time.time()
+    head, later = (
+        Envelope("head", "a", "p1", key="k"),
+        Envelope("next", "a", "p2", now + 60, key="k"),
+    )
+    await backend.push([head, later], now)
+    assert (await backend.status("next", now)).state == "scheduled"
+    record = await backend.job("next", now)
+    assert record is not None and record.state == "blocked"
