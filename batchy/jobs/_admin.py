@@ -379,7 +379,8 @@ class Admin:
             return len(chosen)
         now = _clock.now()
         for job_id in [i for i, state in refused.items() if state == "unknown"]:
-            found = await self.backend.job(job_id, now)  # a done job: say so, not "unknown"
+            # A store of an older contract said "unknown" for a done job: say what it is.
+            found = await self.backend.job(job_id, now)
             if found is not None:
                 refused[job_id] = found.state
         missing = [i for i, state in refused.items() if state == "unknown"]

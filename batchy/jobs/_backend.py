@@ -363,8 +363,8 @@ class Backend(abc.ABC):
         """Apply ``action`` (a key of :attr:`actions`) to all ``ids`` or to none.
 
         Returns ``{}`` when it was applied, else, for each id it does not apply to,
-        the state the job is in (``unknown`` when the store does not hold it), and
-        nothing changed.
+        the state the job is in (``done`` when only its kept result is left,
+        ``unknown`` when the store does not hold it), and nothing changed.
         """
         raise self._cannot_operate()
 
@@ -376,11 +376,16 @@ class Backend(abc.ABC):
 
     @staticmethod
     def refusals(
-        found: Mapping[str, str], action: str, ids: Sequence[str], dead: Collection[str] = ()
+        found: Mapping[str, str],
+        action: str,
+        ids: Sequence[str],
+        dead: Collection[str] = (),
+        done: Collection[str] = (),
     ) -> dict[str, str]:
         """For :meth:`act`: each id whose state ``action`` does not apply to.
 
-        ``found`` gives the live jobs' states by id, ``dead`` the ids in the dead set.
+        ``found`` gives the live jobs' states by id, ``dead`` the ids in the dead set,
+        ``done`` those with a kept result (``done`` unless live or dead).
         An id can be both (a dead job's id enqueued anew): the dead set's actions
         mean its dead entry, so ``delete_dead`` takes it, while ``retry_dead`` is
         refused as ``"dead and <state>"`` (the retried job would replace the live one);
@@ -394,6 +399,8 @@ class Backend(abc.ABC):
                 state = "dead"
             elif i in dead and action == "retry_dead":
                 state = f"dead and {state}"
+            elif state is None and i in done:
+                state = "done"
             if state not in allowed:
                 refused[i] = state or "unknown"
         return refused

@@ -397,7 +397,8 @@ class MemoryBackend(Backend):
     async def act(self, action: str, ids: Sequence[str], now: float) -> dict[str, str]:
         store_now = _clock.store_now()
         states = {i: state_of(j, self._keys, store_now) for i in ids if (j := self._jobs.get(i))}
-        refused = self.refusals(states, action, ids, self._dead.keys())
+        kept = {i for i in ids if (r := self._results.get(i)) and r.expires >= store_now}
+        refused = self.refusals(states, action, ids, self._dead.keys(), kept)
         if refused:
             return refused
         if action == "retry_dead":

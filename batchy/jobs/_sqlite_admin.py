@@ -270,12 +270,19 @@ def act(
     states: dict[str, str] = {}
     queues: dict[str, str] = {}
     dead: set[str] = set()
+    done: set[str] = set()  # with a kept result
     for chunk in chunks(list(ids)):
         marks = ",".join("?" * len(chunk))
         for row in db.execute(f"{_JOB} WHERE id IN ({marks})", tuple(chunk)):
             states[row[0]], queues[row[0]] = _job(row, now, 0.0).state, row[1]
         dead.update(r[0] for r in db.execute(f"SELECT id FROM dead WHERE id IN ({marks})", chunk))
-    refused = Backend.refusals(states, action, ids, dead)
+        done.update(
+            r[0]
+            for r in db.execute(
+                f"SELECT id FROM results WHERE id IN ({marks}) AND expires >= ?", (*chunk, now)
+            )
+        )
+    refused = Backend.refusals(states, action, ids, dead, done)
     if refused:
         return refused, set()
     woken = {queues[i] for i in ids if i in queues}

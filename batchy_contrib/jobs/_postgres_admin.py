@@ -294,7 +294,13 @@ class PostgresOperating:
             states = {r[0]: _job(r, t, 0.0).state for r in rows}
             queues = {r[0]: r[1] for r in rows}
             dead = await _rows(conn, s("SELECT id FROM {s}.dead WHERE id = ANY(%s)"), [chosen])
-            refused = Backend.refusals(states, action, chosen, {i for (i,) in dead})
+            done = await _rows(
+                conn, s("SELECT id FROM {s}.results WHERE id = ANY(%s) AND expires >= %s"),
+                [chosen, t],
+            )  # fmt: skip
+            refused = Backend.refusals(
+                states, action, chosen, {i for (i,) in dead}, {i for (i,) in done}
+            )
             if refused:
                 return refused
             await self._apply(conn, action, chosen, t, {queues[i] for i in chosen if i in queues})

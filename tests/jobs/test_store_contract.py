@@ -80,3 +80,18 @@ async def test_a_delayed_job_behind_its_keys_head_is_scheduled(backend: Backend)
     assert (await backend.status("next", now)).state == "scheduled"
     record = await backend.job("next", now)
     assert record is not None and record.state == "blocked"
+
+
+async def test_an_action_refused_for_a_done_job_says_done(backend: Backend) -> None:
+    # Memory, SQLite and PostgreSQL said "unknown" for a job done with its result
+    # kept (Redis said "done"); the contract asks for the state the job is in.
+    now = time.time()
+    await backend.push([Envelope("job", "a", "p")], now)
+    (claim,) = await backend.cycle([], ["a"], 1, "w", 30.0, now)
+    done = Outcome("job", "done", "a", result="42", keep=60.0, token=claim.token)
+    await backend.cycle([done], ["a"], 0, "w", 30.0, now)
+    for action in ("cancel", "delete", "run_now", "retry_dead"):
+        assert await backend.act(action, ["job", "nobody"], now) == {
+            "job": "done",
+            "nobody": "unknown",
+        }
