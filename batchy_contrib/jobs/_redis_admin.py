@@ -297,7 +297,8 @@ for i = 4, #ARGV do
     zrem('retry', id, q)
     ready(id, q, now, false)
   elseif action == 'delete' then
-    if state == 'queued' then redis.call('LREM', p..'q:'..q, 1, id) end
+    -- Its state now: a job that was blocked is queued if its head went just before.
+    if where(id) == 'queued' then redis.call('LREM', p..'q:'..q, 1, id) end
     zrem('sched', id, q)
     zrem('retry', id, q)
     redis.call('HDEL', p..'jobs', id)

@@ -95,3 +95,18 @@ async def test_an_action_refused_for_a_done_job_says_done(backend: Backend) -> N
             "job": "done",
             "nobody": "unknown",
         }
+
+
+async def test_deleting_a_keys_head_and_next_job_at_once_leaves_nothing(backend: Backend) -> None:
+    # Redis made the next job the head as the head went, then deleted it as the
+    # blocked job it had been: its id stayed in its queue's list, counted by info
+    # and dropped by the next claim with a warning about evicted jobs.
+    now = time.time()
+    await backend.push(
+        [Envelope("head", "a", "p1", key="k"), Envelope("next", "a", "p2", key="k")], now
+    )
+    assert await backend.act("delete", ["head", "next"], now) == {}
+    (queue,) = (await backend.info(now)).queues
+    assert (queue.size, queue.scheduled) == (0, 0)
+    assert await backend.cycle([], ["a"], 5, "w", 30.0, now) == []
+    assert getattr(backend, "dropped", 0) == 0
