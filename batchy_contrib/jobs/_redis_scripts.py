@@ -28,6 +28,10 @@ local function unpack_done(s)
   end
   return {string.sub(s, at), parts[1], parts[2], parts[3]}
 end
+-- A time as text that reads back as the same number: a number joined to a string
+-- keeps 14 digits (0.1 ms), and the due time of a job behind its key's head is
+-- compared with the clock when the head leaves, or its status is asked.
+local function exact(t) return string.format('%.17g', t) end
 local function qof(id)
   local m = redis.call('HGET', p..'meta', id)
   if not m then return nil end
@@ -144,7 +148,7 @@ for i = 2, #ARGV, 7 do
     redis.call('HSET', p..'jobs', id, payload)
     redis.call('SADD', p..'queues', q)
     if join(id, key) then
-      redis.call('HSET', p..'meta', id, q..'\t'..at)
+      redis.call('HSET', p..'meta', id, q..'\t'..exact(at))
     elseif at > now then
       redis.call('HSET', p..'meta', id, q..'\\t'..at)
       zadd('sched', at, id, q)
@@ -388,7 +392,7 @@ for _, id in ipairs(ids) do
       redis.call('HSET', p..'jobs', id, d.payload)
       redis.call('SADD', p..'queues', d.queue)
       if type(d.key) == 'string' and join(id, d.key) then
-        redis.call('HSET', p..'meta', id, d.queue..'\t'..now)
+        redis.call('HSET', p..'meta', id, d.queue..'\t'..exact(now))
       else
         ready(id, d.queue, now, false)
       end

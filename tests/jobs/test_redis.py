@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from batchy.jobs import Envelope, Info, Outcome, Queue, Worker
 
 from .conftest import REDIS_DB
+from .frozen_stores import OPEN
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -422,3 +423,24 @@ async def test_many_ids_are_read_a_bounded_chunk_per_script_in_order(rqueue: Que
     assert [j and (j.id, j.state) for j in records] == [
         (i, "done") if i == "j0" else (i, "queued") if i in queued else None for i in ids
     ]
+
+
+async def test_a_job_behind_its_keys_head_is_due_exactly_when_pushed(
+    redis_server: tuple[str, int],
+) -> None:
+    # Its due time was kept to 14 digits (0.1 ms), rounded up at this time: pushed
+    # without a delay, it said scheduled, and was scheduled rather than claimed
+    # when its head left at once (found by test_store_model, whose clock stands still).
+    frozen = await OPEN["redis"](redis_server)
+    store, t = frozen.store, 1_700_000_000.00009
+    try:
+        await frozen.set_clock(t)
+        await store.push(
+            [Envelope("head", "a", "p1", key="k"), Envelope("next", "a", "p2", key="k")], t
+        )
+        assert (await store.status("next", t)).state == "queued"
+        (claim,) = await store.cycle([], ["a"], 1, "w", 30.0, t)
+        done = Outcome("head", "done", "a", token=claim.token)
+        assert [c.id for c in await store.cycle([done], ["a"], 1, "w", 30.0, t)] == ["next"]
+    finally:
+        await frozen.close()
