@@ -136,15 +136,16 @@ class MemoryBackend(Backend):
         for outcome in self.screen_outcomes(outcomes):
             if not self._apply(outcome, sent, now):
                 claimed.refused.append(outcome.id)
+        for job in [j for j in self._leased.values() if j.lease < now]:
+            del self._leased[job.id]
+            job.owner = job.token = None  # its worker died or stalled: back to its queue
+            self._put(job)
+        # After the leases given back: a claim that ended there ends its cancel too.
         for job_id, (owner, token) in list(self._cancels.items()):
             if self._holds(job_id, token) is None:
                 del self._cancels[job_id]  # the claim ended: the request goes with it
             elif owner == worker:
                 claimed.cancel.append((job_id, token))
-        for job in [j for j in self._leased.values() if j.lease < now]:
-            del self._leased[job.id]
-            job.owner = job.token = None  # its worker died or stalled: back to its queue
-            self._put(job)
         for queue in queues:
             heap = self._ready.get(queue, [])
             while heap and len(claimed) < limit and heap[0][0] <= now:

@@ -110,3 +110,17 @@ async def test_deleting_a_keys_head_and_next_job_at_once_leaves_nothing(backend:
     assert (queue.size, queue.scheduled) == (0, 0)
     assert await backend.cycle([], ["a"], 5, "w", 30.0, now) == []
     assert getattr(backend, "dropped", 0) == 0
+
+
+async def test_a_cancel_ends_with_its_claim_when_the_lease_runs_out(backend: Backend) -> None:
+    # The memory store reported the cancel to the worker in the cycle that gave
+    # the expired lease back (and claimed the job anew): the claim it was for had
+    # ended. The others end the request with the claim, as the contract says.
+    now = time.time()
+    await backend.push([Envelope("job", "a", "p")], now)
+    (claim,) = await backend.cycle([], ["a"], 1, "w", 0.1, now)
+    assert await backend.act("cancel", ["job"], now) == {}
+    await asyncio.sleep(0.2)
+    claims = await backend.cycle([], ["a"], 1, "w", 30.0, time.time())
+    assert [c.id for c in claims] == ["job"] and claims[0].token != claim.token
+    assert claims.cancel == []
