@@ -29,8 +29,8 @@ local function unpack_done(s)
   return {string.sub(s, at), parts[1], parts[2], parts[3]}
 end
 -- A time as text that reads back as the same number: a number joined to a string
--- keeps 14 digits (0.1 ms), and the due time of a job behind its key's head is
--- compared with the clock when the head leaves, or its status is asked.
+-- keeps 14 digits (0.1 ms), and the times in meta are compared with the clock (a
+-- blocked job's due time when its head leaves, a head's in `keys`).
 local function exact(t) return string.format('%.17g', t) end
 local function qof(id)
   local m = redis.call('HGET', p..'meta', id)
@@ -70,7 +70,7 @@ local function wake_left(also)
   end
 end
 local function ready(id, q, at, front)
-  redis.call('HSET', p..'meta', id, q..'\\t'..at)
+  redis.call('HSET', p..'meta', id, q..'\\t'..exact(at))
   if front then redis.call('LPUSH', p..'q:'..q, id) else redis.call('RPUSH', p..'q:'..q, id) end
   touched[q] = true
 end
@@ -150,7 +150,7 @@ for i = 2, #ARGV, 7 do
     if join(id, key) then
       redis.call('HSET', p..'meta', id, q..'\t'..exact(at))
     elseif at > now then
-      redis.call('HSET', p..'meta', id, q..'\\t'..at)
+      redis.call('HSET', p..'meta', id, q..'\\t'..exact(at))
       zadd('sched', at, id, q)
       wake(q, true)  -- a new due time: a waiting worker re-reads its deadline
     else
@@ -219,7 +219,7 @@ while i <= #ARGV do
     local due = now + tonumber(off)
     redis.call('HSET', p..'jobs', id, payload)
     local qq = qof(id) or q
-    redis.call('HSET', p..'meta', id, qq..'\\t'..due)
+    redis.call('HSET', p..'meta', id, qq..'\\t'..exact(due))
     zadd('retry', due, id, qq)
     wake(qq, true)  -- a new due time: a waiting worker re-reads its deadline
   elseif kind == 'dead' then

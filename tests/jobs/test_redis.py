@@ -444,3 +444,19 @@ async def test_a_job_behind_its_keys_head_is_due_exactly_when_pushed(
         assert [c.id for c in await store.cycle([done], ["a"], 1, "w", 30.0, t)] == ["next"]
     finally:
         await frozen.close()
+
+
+async def test_a_keys_head_made_ready_is_queued_in_keys_at_once(
+    redis_server: tuple[str, int],
+) -> None:
+    # The time a job was made ready was kept to 14 digits, rounded up at this
+    # time: `keys` read it as the head's due time, still ahead, and said scheduled.
+    frozen = await OPEN["redis"](redis_server)
+    store, t = frozen.store, 1_700_000_000.00009
+    try:
+        await frozen.set_clock(t)
+        await store.push([Envelope("head", "a", "p1", key="k")], t)
+        busiest, _ = await store.keys(t)
+        assert [(k.head, k.state) for k in busiest] == [("head", "queued")]
+    finally:
+        await frozen.close()
