@@ -234,7 +234,7 @@ elseif state == 'blocked' then
       if #rows > before and scan ~= '0' then marks[#rows] = {scan, floor, 'id'} end
     until scan == '0' or #rows >= limit or examined >= budget
     local nxt = scan == '0' and {} or {scan, floor, 'id'}
-    return {rows, marks, nxt, string.format('%.6f', clock())}
+    return {rows, marks, nxt, exact(clock())}
   end
 end
 local nxt = {}
@@ -244,7 +244,7 @@ if #rows > limit then
 elseif examined >= budget and lastmark then
   nxt = lastmark
 end
-return {rows, marks, nxt, string.format('%.6f', clock())}
+return {rows, marks, nxt, exact(clock())}
 """
 )
 
@@ -255,7 +255,7 @@ JOB = (
     + r"""
 local found = {}
 for i = 2, #ARGV do found[#found + 1] = record(ARGV[i]) or done_record(ARGV[i]) or {} end
-return {found, string.format('%.6f', clock())}
+return {found, exact(clock())}
 """
 )
 

@@ -30,7 +30,8 @@ local function unpack_done(s)
 end
 -- A time as text that reads back as the same number: a number joined to a string
 -- keeps 14 digits (0.1 ms), and the times in meta are compared with the clock (a
--- blocked job's due time when its head leaves, a head's in `keys`).
+-- blocked job's due time when its head leaves, a head's in `keys`), as are the
+-- times a script reports on the caller's clock, shifted by its own (`keys`, `info`).
 local function exact(t) return string.format('%.17g', t) end
 local function qof(id)
   local m = redis.call('HGET', p..'meta', id)

@@ -67,7 +67,7 @@ for _, w in ipairs(redis.call('ZRANGE', p..'workers', 0, -1)) do
   local info = redis.call('GET', p..'worker:'..w)
   if info then workers[#workers+1] = info end
 end
-return {out, redis.call('ZCARD', p..'dead'), workers, string.format('%.6f', now), held}
+return {out, redis.call('ZCARD', p..'dead'), workers, exact(now), held}
 """
 )
 
@@ -110,7 +110,7 @@ for _, k in ipairs(order) do
                    lease and '1' or '0', lease or '0', tostring(due), retry and '1' or '0'}
   end
 end
-return {out, string.format('%.6f', now)}
+return {out, exact(now)}
 """
 )
 

@@ -460,3 +460,20 @@ async def test_a_keys_head_made_ready_is_queued_in_keys_at_once(
         assert [(k.head, k.state) for k in busiest] == [("head", "queued")]
     finally:
         await frozen.close()
+
+
+async def test_times_are_shifted_to_the_callers_clock_exactly(
+    redis_server: tuple[str, int],
+) -> None:
+    # Redis's clock was sent back to 6 decimals, which at this time reads back
+    # 0.2 us early: every time reported on the caller's clock was as much late,
+    # and a head made ready at this instant was due in `keys`' eyes: scheduled.
+    frozen = await OPEN["redis"](redis_server)
+    store, t = frozen.store, 1700000015.8499994
+    try:
+        await frozen.set_clock(t)
+        await store.push([Envelope("head", "a", "p1", key="k")], t)
+        busiest, _ = await store.keys(t)
+        assert [(k.head, k.state, k.since) for k in busiest] == [("head", "queued", t)]
+    finally:
+        await frozen.close()
