@@ -70,6 +70,18 @@ class InFlight:
     def __len__(self) -> int:
         return len(self._runs)
 
+    def claimed(self, job: Claimed, sent: float) -> Claim:
+        """Hold the lease of ``job``, claimed by a cycle sent at ``sent`` (monotonic).
+
+        A claim of the same job this worker still held has ended (see
+        :meth:`Leases.add`): its run, if it has one, stops.
+        """
+        earlier = self.leases.claim_of(job.id)
+        claim = self.leases.add(job, sent)
+        if earlier is not None:
+            self.stop(earlier)
+        return claim
+
     def begin(self, job: Claimed, claim: Claim, cancelled: bool = False) -> None:
         """Run ``job``; ``cancelled``: an operator cancelled it before it began."""
         leases = self.leases

@@ -68,12 +68,35 @@ class Leases:
         self.serializer = serializer
         self._held: dict[Claim, _Lease] = {}
         self._beat_failed = -math.inf  # time.monotonic() of the last failed heartbeat
+        self._newest: dict[str, str] = {}  # job id -> the token of its latest claim held
 
     def add(self, job: Claimed, sent: float) -> Claim:
-        """A job claimed by a cycle sent at ``sent`` (monotonic): its lease starts no earlier."""
+        """A job claimed by a cycle sent at ``sent`` (monotonic): its lease starts no earlier.
+
+        A claim this worker still holds of the same job has ended: its lease ran
+        out while the worker stalled, and the worker's own next cycle gave the job
+        back and claimed it anew. That claim is lost now, so that no heartbeat or
+        turn names one job twice: stores answer them by job id, so a refusal of the
+        old claim was taken for the new one too (its run cancelled), or the new
+        one's renewal hid the old one's end.
+        """
         claim = (job.id, job.token)
+        earlier = self._held.get((job.id, self._newest.get(job.id, "")))
+        if earlier is not None:
+            self._lose(earlier, "this worker claimed it anew")
         self._held[claim] = _Lease(job, sent + self.lease)
+        self._newest[job.id] = job.token
         return claim
+
+    def claim_of(self, job_id: str) -> Claim | None:
+        """The latest claim of ``job_id`` this worker holds, lost or not."""
+        token = self._newest.get(job_id)
+        return None if token is None else (job_id, token)
+
+    def _pop(self, claim: Claim) -> _Lease | None:
+        if self._newest.get(claim[0]) == claim[1]:
+            del self._newest[claim[0]]
+        return self._held.pop(claim, None)
 
     def holds(self, claim: Claim) -> bool:
         """True while ``claim`` is this worker's (not settled, not lost)."""
@@ -119,7 +142,7 @@ class Leases:
         """
         lease = self._held.get(claim)
         if lease is None or outcome is None or lease.lost:
-            self._held.pop(claim, None)
+            self._pop(claim)
             if lease is not None and outcome is None:
                 self._lose(lease, "a progress save was refused")
             return None
@@ -138,7 +161,7 @@ class Leases:
 
     def drop(self, claim: Claim) -> None:
         """Forget ``claim`` without an outcome (its run was cancelled or crashed)."""
-        self._held.pop(claim, None)
+        self._pop(claim)
 
     def sending(self, outcomes: Sequence[Outcome]) -> None:
         """``outcomes`` go out in a turn: their claims wait for its answer (see ``renewed``)."""
@@ -160,7 +183,7 @@ class Leases:
         again = []
         now = time.monotonic()
         for outcome in outcomes:
-            lease = self._held.pop((outcome.id, outcome.token), None)
+            lease = self._pop((outcome.id, outcome.token))
             if lease is not None and outcome.id in refused_ids:
                 # Within its lease, nobody else could have the job: the unanswered
                 # turn applied it. Past it, the store may have handed it on.

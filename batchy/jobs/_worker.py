@@ -272,7 +272,7 @@ class Worker:
                 and (bool(self._outcomes) or len(claimed) >= free > 0)
             )
             for job in claimed:
-                claim = self._leases.add(job, sent)
+                claim = self._running.claimed(job, sent)
                 if not overlap and len(self._running) < self.concurrency:
                     self._begin(job, claim)
                 else:

@@ -9,7 +9,18 @@ from typing import Any
 
 import pytest
 
-from batchy.jobs import Backend, Envelope, JobEvent, JobHook, Outcome, Queue, Worker, WorkerInfo
+from batchy.jobs import (
+    Backend,
+    Envelope,
+    JobEvent,
+    JobHook,
+    MemoryBackend,
+    Outcome,
+    Queue,
+    Worker,
+    WorkerInfo,
+    _clock,
+)
 
 from .conftest import fast_worker
 
@@ -336,3 +347,67 @@ def test_a_heartbeat_refused_after_the_turn_that_finished_the_job_is_no_lost_lea
         leases.settle([outcome], [])  # then the turn's: applied
     assert caplog.records == []
     assert not leases.holds(claim)
+
+
+def test_a_job_claimed_anew_by_the_same_worker_ends_its_earlier_claim(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A worker stalled past its lease, and its own next cycle gave the job back
+    # and claimed it anew. It held both claims and named the job twice in its
+    # heartbeats and turns, which stores answer by job id: the memory and Redis
+    # stores said the job lost (for the old claim), and the worker lost the new
+    # claim too, cancelling the job's only valid run; SQLite and PostgreSQL said
+    # it renewed (for the new one), and the old run went on unnoticed.
+    import time as clock
+
+    from batchy.jobs import JSONSerializer, Outcome
+    from batchy.jobs._leases import Leases
+    from batchy.jobs._model import Claimed
+
+    leases = Leases("w1", 30.0, JSONSerializer())
+    old = leases.add(Claimed("j1", "default", '{"job": "x"}', "t1"), clock.monotonic())
+    with caplog.at_level("WARNING", logger="batchy.jobs"):
+        new = leases.add(Claimed("j1", "default", '{"job": "x"}', "t2"), clock.monotonic())
+    assert leases.held() == [new]  # what the next heartbeat names
+    (line,) = lost_lines(caplog)
+    assert "lost job j1 (x, queue 'default'): this worker claimed it anew" in line
+    assert leases.finished(old, Outcome("j1", "done", token="t1")) is None  # never sent
+    outcome = leases.finished(new, Outcome("j1", "done", token="t2"))
+    assert outcome is not None and outcome.token == "t2"
+    leases.settle([outcome], [])
+    assert leases.held() == [] and leases._newest == {}
+
+
+async def test_a_worker_that_claims_its_job_anew_stops_the_earlier_run(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The store's clock jumps past the lease while the first run waits (a stall,
+    # as the store sees it), and no heartbeat comes in between: the worker's next
+    # cycle gives the job back and claims it anew. The earlier run went on beside
+    # the new one, as the store says nothing of a claim no call names any more.
+    caplog.set_level(logging.WARNING, "batchy.jobs")
+    skew = [0.0]
+    monkeypatch.setattr(_clock, "store_now", lambda: time.time() + skew[0])
+    queue = Queue(MemoryBackend())
+    runs: list[str] = []
+
+    @queue.job
+    async def slow() -> None:
+        runs.append("start")
+        skew[0] = 60.0  # the lease (30 s) ran out, in the store's eyes
+        try:
+            await asyncio.sleep(0.5)
+        except asyncio.CancelledError:
+            runs.append("stopped")
+            raise
+        runs.append("done")
+
+    handle = await slow.enqueue()
+    worker = fast_worker(queue, lease=30.0, heartbeat=10.0, concurrency=2)
+    task = asyncio.create_task(worker.run())
+    await handle.result(timeout=5)
+    worker.stop()
+    await task
+    assert runs == ["start", "start", "stopped", "done"]
+    (line,) = lost_lines(caplog)
+    assert f"lost job {handle.id} (" in line and "): this worker claimed it anew" in line
