@@ -170,10 +170,12 @@ def test_a_job_updated_while_a_claim_runs_is_claimed_not_only_locked(
             deadline = time.monotonic() + 10
             while not admin.execute(
                 "SELECT 1 FROM pg_stat_activity WHERE application_name = "
-                "'batchy-claim-under-test' AND state = 'active' AND query LIKE '%cycle(%'"
+                "'batchy-claim-under-test' AND state = 'active' AND query LIKE '%cycle(%' "
+                "AND backend_xmin IS NOT NULL"
             ).fetchone():
                 assert time.monotonic() < deadline, "the claim never started"
                 time.sleep(0.002)
+            time.sleep(0.02)  # past the cycle's first steps, into the claim's scan
             admin.execute(
                 f"UPDATE {s}.jobs SET state = 1, owner = 'wB', token = 'tokB', "
                 f"lease = {s}.clock() + 30 WHERE id = 't'"
