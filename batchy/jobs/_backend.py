@@ -6,9 +6,8 @@ every backend:
 
 - ``push`` stores all envelopes or none; an envelope whose ``unique`` key was
   used within ``unique_ttl`` seconds, or whose id is a job still in the store
-  (waiting, running or retrying), is skipped (``False`` in the result). A
-  skipped envelope takes nothing: not its unique key, nor a place in ``info``'s
-  queues.
+  (waiting, running or retrying), is skipped (``False`` in the result), and
+  takes nothing: not its unique key, nor a place in ``info``'s queues.
 - One job's bad values fail that job, never the round trip: ``push`` refuses
   an envelope with an unusable due time (:meth:`check_envelopes`), and ``cycle``
   applies an outcome no store could keep as that job's death
@@ -115,6 +114,7 @@ from ._screen import check_envelopes, screen_outcomes
 from ._status_sql import status_select
 
 __all__ = ["COUNTS_KEPT", "DEAD_MAX", "DEAD_MAX_AGE", "Backend"]
+Ids = Collection[str]
 
 #: Dead jobs kept at most (the oldest go first), as in Sidekiq.
 DEAD_MAX = 10_000
@@ -350,8 +350,7 @@ class Backend(abc.ABC):
         raise self._cannot_operate()
 
     async def job(self, job_id: str, now: float) -> StoredJob | None:
-        """The job's record in whatever state it is, or None if the store does not hold it.
-        The default asks :meth:`jobs`: a store implements one of the two (or both)."""
+        """The job's record in any state, or None if not held (by default: :meth:`jobs`'s)."""
         if type(self).jobs is Backend.jobs:
             raise self._cannot_operate()
         return (await self.jobs([job_id], now))[0]
@@ -378,20 +377,15 @@ class Backend(abc.ABC):
 
     @staticmethod
     def refusals(
-        found: Mapping[str, str],
-        action: str,
-        ids: Sequence[str],
-        dead: Collection[str] = (),
-        done: Collection[str] = (),
+        found: Mapping[str, str], action: str, ids: Sequence[str], dead: Ids = (), done: Ids = ()
     ) -> dict[str, str]:
         """For :meth:`act`: each id whose state ``action`` does not apply to.
 
-        ``found`` gives the live jobs' states by id, ``dead`` the ids in the dead set,
-        ``done`` those with a kept result (``done`` unless live or dead).
-        An id can be both (a dead job's id enqueued anew): the dead set's actions
-        mean its dead entry, so ``delete_dead`` takes it, while ``retry_dead`` is
-        refused as ``"dead and <state>"`` (the retried job would replace the live one);
-        the other actions mean the live job.
+        ``found`` gives the live jobs' states by id, ``dead`` the ids in the dead set, ``done``
+        those with a kept result (``done`` unless live or dead). An id can be both (a dead
+        job's id enqueued anew): the dead set's actions mean its dead entry, so
+        ``delete_dead`` takes it, while ``retry_dead`` is refused as ``"dead and <state>"``
+        (the retried job would replace the live one); the other actions mean the live job.
         """
         allowed = Backend.actions[action]
         refused = {}
@@ -417,7 +411,6 @@ class Backend(abc.ABC):
 
     #: For :meth:`info`: each worker with the jobs ``leases`` (``(worker, job id)``) give it.
     with_running = staticmethod(with_running)
-
     #: For SQL stores: one query of many jobs' statuses (see :meth:`statuses`).
     status_select = staticmethod(status_select)
 
