@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from batchy.jobs import Envelope, Info, Outcome, Queue, Worker
 
 from .conftest import REDIS_DB
-from .frozen_stores import OPEN
+from .frozen_stores import OPEN, Frozen
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -425,55 +425,47 @@ async def test_many_ids_are_read_a_bounded_chunk_per_script_in_order(rqueue: Que
     ]
 
 
-async def test_a_job_behind_its_keys_head_is_due_exactly_when_pushed(
-    redis_server: tuple[str, int],
-) -> None:
+@pytest.fixture
+async def stopped(redis_server: tuple[str, int]) -> AsyncIterator[Frozen]:
+    """A Redis store whose clock stands still where the test sets it (frozen_stores)."""
+    frozen = await OPEN["redis"](redis_server)
+    yield frozen
+    await frozen.close()
+
+
+async def keyed_head_at(frozen: Frozen, t: float) -> list[tuple[str, str, float]]:
+    """Push a keyed job at store time ``t``; what ``keys`` says of its head then."""
+    await frozen.set_clock(t)
+    await frozen.store.push([Envelope("head", "a", "p1", key="k")], t)
+    busiest, _ = await frozen.store.keys(t)
+    return [(k.head, k.state, k.since) for k in busiest]
+
+
+async def test_a_job_behind_its_keys_head_is_due_exactly_when_pushed(stopped: Frozen) -> None:
     # Its due time was kept to 14 digits (0.1 ms), rounded up at this time: pushed
     # without a delay, it said scheduled, and was scheduled rather than claimed
     # when its head left at once (found by test_store_model, whose clock stands still).
-    frozen = await OPEN["redis"](redis_server)
-    store, t = frozen.store, 1_700_000_000.00009
-    try:
-        await frozen.set_clock(t)
-        await store.push(
-            [Envelope("head", "a", "p1", key="k"), Envelope("next", "a", "p2", key="k")], t
-        )
-        assert (await store.status("next", t)).state == "queued"
-        (claim,) = await store.cycle([], ["a"], 1, "w", 30.0, t)
-        done = Outcome("head", "done", "a", token=claim.token)
-        assert [c.id for c in await store.cycle([done], ["a"], 1, "w", 30.0, t)] == ["next"]
-    finally:
-        await frozen.close()
+    store, t = stopped.store, 1_700_000_000.00009
+    await stopped.set_clock(t)
+    await store.push(
+        [Envelope("head", "a", "p1", key="k"), Envelope("next", "a", "p2", key="k")], t
+    )
+    assert (await store.status("next", t)).state == "queued"
+    (claim,) = await store.cycle([], ["a"], 1, "w", 30.0, t)
+    done = Outcome("head", "done", "a", token=claim.token)
+    assert [c.id for c in await store.cycle([done], ["a"], 1, "w", 30.0, t)] == ["next"]
 
 
-async def test_a_keys_head_made_ready_is_queued_in_keys_at_once(
-    redis_server: tuple[str, int],
-) -> None:
+async def test_a_keys_head_made_ready_is_queued_in_keys_at_once(stopped: Frozen) -> None:
     # The time a job was made ready was kept to 14 digits, rounded up at this
     # time: `keys` read it as the head's due time, still ahead, and said scheduled.
-    frozen = await OPEN["redis"](redis_server)
-    store, t = frozen.store, 1_700_000_000.00009
-    try:
-        await frozen.set_clock(t)
-        await store.push([Envelope("head", "a", "p1", key="k")], t)
-        busiest, _ = await store.keys(t)
-        assert [(k.head, k.state) for k in busiest] == [("head", "queued")]
-    finally:
-        await frozen.close()
+    t = 1_700_000_000.00009
+    assert [h[:2] for h in await keyed_head_at(stopped, t)] == [("head", "queued")]
 
 
-async def test_times_are_shifted_to_the_callers_clock_exactly(
-    redis_server: tuple[str, int],
-) -> None:
+async def test_times_are_shifted_to_the_callers_clock_exactly(stopped: Frozen) -> None:
     # Redis's clock was sent back to 6 decimals, which at this time reads back
     # 0.2 us early: every time reported on the caller's clock was as much late,
     # and a head made ready at this instant was due in `keys`' eyes: scheduled.
-    frozen = await OPEN["redis"](redis_server)
-    store, t = frozen.store, 1700000015.8499994
-    try:
-        await frozen.set_clock(t)
-        await store.push([Envelope("head", "a", "p1", key="k")], t)
-        busiest, _ = await store.keys(t)
-        assert [(k.head, k.state, k.since) for k in busiest] == [("head", "queued", t)]
-    finally:
-        await frozen.close()
+    t = 1700000015.8499994
+    assert await keyed_head_at(stopped, t) == [("head", "queued", t)]
