@@ -193,6 +193,11 @@ def _parser() -> argparse.ArgumentParser:
         help="called with each request; returns whether it may proceed (see the Operations guide)",
     )  # fmt: skip
     board.add_argument("--root-path", default="", help="URL prefix when proxied under a path")
+    board.add_argument(
+        "--allowed-host", action="append", default=[], metavar="NAME",
+        help="a host name the dashboard answers to (repeat it; *.example.com for subdomains); "
+        "default on a loopback --host without --auth: this machine's names only",
+    )  # fmt: skip
 
     enqueue = sub.add_parser(
         "enqueue", help="enqueue one job (arguments as JSON)",
@@ -327,7 +332,7 @@ async def _dashboard(args: argparse.Namespace) -> int:
         auth = load_auth(args.auth) if args.auth else None
         await serve(
             queue, host=args.host, port=args.port, read_only=args.read_only, auth=auth,
-            root_path=args.root_path,
+            root_path=args.root_path, allowed_hosts=args.allowed_host,
         )  # fmt: skip
     return 0
 

@@ -9,6 +9,11 @@
   under the dashboard's secret, and repeated in each form. Another site can make
   a browser send the cookie, but cannot read it to copy the token into a form,
   nor forge a cookie without the secret.
+- A dashboard that answers anyone on this machine (``batchy dashboard`` on a
+  loopback address, without ``--auth``) answers only requests addressed to a
+  name of this machine (the ``Host`` header): a page of another site whose name
+  was pointed at 127.0.0.1 (DNS rebinding) is, to the browser, of the same
+  origin, and could otherwise read every page and take their CSRF tokens.
 - Every response carries headers that keep the pages out of other sites' frames
   (clickjacking: a framed page's buttons clicked through a decoy), allow only the
   dashboard's own script, and stop browsers from sniffing a type into HTML.
@@ -20,7 +25,7 @@ import hashlib
 import hmac
 import inspect
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -28,7 +33,20 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["COOKIE", "HEADERS", "Auth", "AuthGate", "Headers", "Tokens", "safe_next"]
+__all__ = [
+    "COOKIE",
+    "HEADERS",
+    "LOCAL_NAMES",
+    "Auth",
+    "AuthGate",
+    "HostGuard",
+    "Headers",
+    "Tokens",
+    "safe_next",
+]
+
+#: The names a browser on this machine reaches a loopback dashboard by.
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
 #: The cookie that holds a browser's signed CSRF token.
 COOKIE = "batchy_dashboard_csrf"
@@ -167,6 +185,57 @@ class AuthGate:
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+class HostGuard:
+    """ASGI middleware: only requests whose ``Host`` names one of ``names`` reach the app.
+
+    A name is a host without its port, ``*.example.com`` for its subdomains, or
+    ``*`` for any. A request without a ``Host`` header passes: every browser sends one.
+    """
+
+    def __init__(self, app: ASGIApp, names: Sequence[str], hint: str) -> None:
+        self.app = app
+        self.names = [n.lower().rstrip(".") for n in names]
+        self.hint = hint  # how to reach the dashboard instead, or allow a name
+
+    def allows(self, host: str) -> bool:
+        return any(
+            n in ("*", host) or (n.startswith("*.") and host.endswith(n[1:])) for n in self.names
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope["headers"] if k == b"host"), None)
+        host = None if given is None else host_of(given.decode("latin-1"))
+        if given is None or (host is not None and self.allows(host)):
+            await self.app(scope, receive, send)
+            return
+        shown = given.decode("latin-1")[:100]
+        response = PlainTextResponse(
+            f"batchy dashboard: this request was addressed to {shown!r}, which is not a name "
+            f"this dashboard answers to ({', '.join(self.names)}); {self.hint}",
+            status_code=400,
+            headers={k.decode(): v.decode() for k, v in HEADERS},
+        )
+        await response(scope, receive, send)
+
+
+def host_of(header: str) -> str | None:
+    """The host of a ``Host`` header, lower case, without its port (None: not a host)."""
+    header = header.strip().lower()
+    if header.startswith("["):  # an IPv6 address: [::1]:8000
+        end = header.find("]")
+        rest = header[end + 1 :]
+        if end < 0 or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            return None
+        return header[1:end]
+    name, colon, port = header.partition(":")
+    if not name or (colon and not port.isdigit()):
+        return None
+    return name.rstrip(".")
 
 
 def _name(fn: object) -> str:

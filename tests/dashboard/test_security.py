@@ -457,3 +457,89 @@ async def test_a_token_or_cookie_with_other_characters_is_refused_not_a_500(mem)
             page
         )
     assert await still_dead(board, seeded)
+
+
+def served(host: str = "127.0.0.1", **options: Any) -> httpx.AsyncClient:
+    from batchy_contrib.dashboard.serve import served_app
+
+    app = served_app(Queue(MemoryBackend()), host, 8000, **options)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://dash")
+
+
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1:8000", "localhost:8000", "LOCALHOST", "[::1]:8000", "localhost.:8000"]
+)
+async def test_a_local_dashboard_answers_this_machines_names(address: str) -> None:
+    async with served() as c:
+        page = await c.get("/", headers={"host": address})
+    assert page.status_code == 200
+
+
+@pytest.mark.parametrize("address", ["evil.example:8000", "evil.example", "127.0.0.1.evil.example"])
+async def test_a_local_dashboard_without_auth_refuses_other_sites_names(address: str) -> None:
+    # DNS rebinding: a page of evil.example, its name pointed at 127.0.0.1, is to the
+    # browser of the same origin as the dashboard it then reaches: it read every page
+    # (and their CSRF tokens) and could delete, retry and cancel jobs.
+    async with served() as c:
+        page = await c.get("/", headers={"host": address})
+        action = await c.post("/actions/retry_dead", headers={"host": address})
+    assert page.status_code == action.status_code == 400
+    assert page.text == (
+        f"batchy dashboard: this request was addressed to {address!r}, which is not a name "
+        "this dashboard answers to (localhost, 127.0.0.1, ::1); open http://127.0.0.1:8000/ "
+        "on this machine, or, behind a proxy or under another name, give --allowed-host "
+        "NAME (allowed_hosts=) and --auth"
+    )
+    assert page.headers["x-frame-options"] == "SAMEORIGIN"
+
+
+async def test_a_dashboard_answers_the_names_it_is_given() -> None:
+    async with served(allowed=["jobs.internal", "*.ops.example"]) as c:
+        ok = [await c.get("/", headers={"host": h}) for h in ("jobs.internal", "a.ops.example")]
+        refused = await c.get("/", headers={"host": "127.0.0.1:8000"})
+    assert [p.status_code for p in ok] == [200, 200]
+    assert refused.status_code == 400
+    assert "add it with --allowed-host (allowed_hosts=) if it is yours" in refused.text
+    async with served(allowed=["*"]) as c:
+        assert (await c.get("/", headers={"host": "anything"})).status_code == 200
+
+
+@pytest.mark.parametrize(("host", "auth"), [("127.0.0.1", lambda request: True), ("0.0.0.0", None)])
+async def test_a_dashboard_with_auth_or_beyond_this_machine_takes_any_name(
+    host: str, auth: Any
+) -> None:
+    # Credentials do not follow a page to another origin; on 0.0.0.0 the names
+    # people use are not known (and the dashboard is warned about without --auth).
+    async with served(host, auth=auth) as c:
+        assert (await c.get("/", headers={"host": "jobs.internal"})).status_code == 200
+
+
+@pytest.mark.parametrize("name", ["http://jobs.internal", "jobs.internal:80", "a*.b", "", "x/y"])
+def test_an_allowed_host_that_is_not_a_name_is_refused(name: str) -> None:
+    from batchy_contrib.dashboard.serve import served_app
+
+    with pytest.raises(DashboardError) as caught:
+        served_app(Queue(MemoryBackend()), "127.0.0.1", 8000, allowed=[name])
+    assert str(caught.value) == (
+        f"allowed host {name!r} is not a host name: give one without scheme, port or path "
+        "(jobs.example.com, 10.0.0.5, ::1), *.example.com for its subdomains, or * for any"
+    )
+
+
+def test_the_cli_passes_allowed_hosts_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import batchy.__main__ as cli
+
+    seen: dict[str, Any] = {}
+
+    async def serve(queue: Queue, **options: Any) -> None:
+        seen.update(options)
+
+    import batchy_contrib.dashboard.serve as serving
+
+    monkeypatch.setattr(serving, "serve", serve)
+    with pytest.raises(SystemExit) as ended:
+        cli.main(
+            ["dashboard", "board_app:queue", "--allowed-host", "a.example", "--allowed-host", "::1"]
+        )
+    assert ended.value.code == 0
+    assert seen["allowed_hosts"] == ["a.example", "::1"]
