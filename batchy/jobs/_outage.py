@@ -1,10 +1,13 @@
 """How a worker's calls reach the store: started, limited in time, and logged when it is down.
 
 Whether the store answers: one log line when it stops, one when it is back.
-While the store is unreachable the worker waits longer and longer between tries
-(doubling from ``poll_interval`` up to ten poll intervals, at most 30 s, with a
-little jitter so a fleet does not come back in lockstep) and logs nothing per
-try: an hour-long outage is two lines, not thousands of tracebacks.
+While the store is unreachable the worker waits longer between tries (doubling
+from ``poll_interval`` up to a second, or ten poll intervals if that is less;
+one poll interval if that is more; with a little jitter so a fleet does not come
+back in lockstep) and logs nothing per try: an hour-long outage is two lines,
+not thousands of tracebacks. The wait stops growing at a second: the worker
+sleeps it out even once the store is back, so it is how late a job enqueued
+then may start. Its tries cost the store no more than its polling when it is up.
 
 A store that stops answering without an error (a connection dropped without a
 word, a paused server) is an outage too: :func:`within` gives each call a time
@@ -29,8 +32,9 @@ __all__ = ["NoAnswer", "Outage", "ensure_quiet", "launch", "pause", "within"]
 
 T = TypeVar("T")
 
-#: The longest wait between two tries, whatever the poll interval.
-MAX_BACKOFF = 30.0
+#: The longest wait between two tries for a poll interval under it (seconds): the
+#: longest a worker may take to notice the store is back, beyond its poll interval.
+RESUME_WITHIN = 1.0
 
 
 class Outage:
@@ -45,7 +49,9 @@ class Outage:
     def __init__(self, worker: str, base: float) -> None:
         self.worker = worker
         self.base = base
-        self.cap = max(base, min(MAX_BACKOFF, 10 * base))
+        # Not ten poll intervals (up to 30 s): the worker slept that out with the
+        # store back, and a job enqueued meanwhile waited for it to end.
+        self.cap = max(base, min(RESUME_WITHIN, 10 * base))
         self.failing: dict[str, int] = {}  # kind of call -> failures in a row
         self.failures = 0  # during this outage, all kinds
         self._since = 0.0  # time.monotonic() of the first failure

@@ -11,7 +11,8 @@ the store again by itself (within its back-off) and said once that the store
 was down and once that it was back, with no traceback and nothing in asyncio's
 "Exception in callback"; on PostgreSQL each LISTENs again (the server lists
 it); idle workers take a new job at once; and SIGTERM stops each of them in
-time, also while the server is down.
+time, also while the server is down. A job enqueued once the server is back
+starts within a second or two, not after a back-off grown during the outage.
 
 An enqueue while the server is down fails at once with an error that says where
 and why, and the next one once it is back goes through; a periodic tick due
@@ -42,6 +43,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))  # restart_app, for the jobs' declarations
 
 from restart_app import build  # noqa: E402
+from restart_app import store as restart_store  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -268,8 +270,9 @@ async def test_workers_ride_out_a_server_restart(
         fleet.start()
         await fleet.busy()
         await asyncio.to_thread(outage, server, how)
-        # Each worker takes up the store by itself, within its back-off (up to ten
-        # polls) and a connect after the server is back.
+        # Each worker takes up the store by itself: its tries are at most a second
+        # apart, a PostgreSQL one waits up to 2 s for a connection (a generous bound
+        # here; test_an_idle_worker_takes_a_job_... below measures it).
         await resumed(fleet, 10 * POLL + 5.0)
         await drained(queue, fleet)
         check_runs(fleet)
@@ -443,3 +446,82 @@ async def test_a_transactional_enqueue_on_a_connection_the_restart_ended_fails_a
         assert sum(q.size for q in (await queue.info()).queues) == 2
     finally:
         await queue.backend.close()
+
+
+class Resume:
+    """A worker of its own (poll ``POLL_AFTER``) in this process, the times its turns failed,
+    and an enqueuer with connections of its own (its enqueue does not revive the worker's)."""
+
+    def __init__(self, store: str, prefix: str) -> None:
+        self.started: list[float] = []
+        self.failed: list[float] = []
+        self.queue, self.enqueuer = self.declared(store, prefix), self.declared(store, prefix)
+        backend, cycle = self.queue.backend, self.queue.backend.cycle
+
+        async def noted(*args: Any) -> Any:
+            try:
+                return await cycle(*args)
+            except Exception:
+                self.failed.append(time.monotonic())
+                raise
+
+        backend.cycle = noted  # type: ignore[method-assign]
+        self.worker = Worker(self.queue, poll_interval=POLL_AFTER, lease=5.0, shutdown_timeout=1.0)
+
+    def declared(self, store: str, prefix: str) -> Queue:
+        queue = Queue(restart_store(store, prefix))
+
+        @queue.job(name="resume.ping")
+        async def ping() -> None:
+            self.started.append(time.monotonic())
+
+        return queue
+
+    async def run_one(self, within: float) -> float:
+        """Enqueue a job: the seconds until the worker starts it (at most ``within``)."""
+        began, count = time.monotonic(), len(self.started)
+        await self.enqueuer.jobs["resume.ping"].enqueue()
+        enqueued = time.monotonic()
+        while len(self.started) == count and time.monotonic() < began + within:
+            await asyncio.sleep(0.01)
+        assert len(self.started) > count, f"not started {within}s after its enqueue"
+        return self.started[count] - enqueued
+
+    async def failures(self, count: int, seconds: float) -> None:
+        """Until the worker's turns have failed ``count`` times in all."""
+        deadline = time.monotonic() + seconds
+        while len(self.failed) < count:
+            assert time.monotonic() < deadline, f"{len(self.failed)} failed turns in {seconds}s"
+            await asyncio.sleep(0.005)
+
+
+#: The poll interval of the worker that resumes after an outage.
+POLL_AFTER = 1.0
+
+
+@pytest.mark.parametrize("kind", ["postgres", "redis"])
+async def test_an_idle_worker_takes_a_job_about_a_poll_interval_after_an_outage(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    # The worker's back-off between its tries grew to ten poll intervals during
+    # an outage, and it slept it out with the store back: a job enqueued once
+    # the server was up again waited up to ten polls (here up to 10 s) to start.
+    server = request.getfixturevalue(f"private_{kind}")
+    resume = Resume(*location(server, kind))
+    task = asyncio.create_task(resume.worker.run())
+    try:
+        await resume.run_one(within=30.0)  # the worker is up and idle
+        await asyncio.to_thread(server.stop)
+        # Four failed turns: the old back-off after the fourth was 6 to 8 s.
+        await resume.failures(4, seconds=60.0)
+        await asyncio.to_thread(server.start)
+        # The worker tries again at most a poll interval (or a second) after a
+        # failed try; a try while the server was starting may fail, one more
+        # goes through: well within three polls of the enqueue.
+        waited = await resume.run_one(within=20.0)
+        assert waited < 3 * POLL_AFTER, f"started {waited:.1f}s after its enqueue"
+    finally:
+        resume.worker.stop()
+        await asyncio.wait_for(task, 15)
+        await resume.queue.backend.close()
+        await resume.enqueuer.backend.close()

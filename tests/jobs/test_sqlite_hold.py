@@ -509,3 +509,56 @@ def test_a_wait_written_again_while_a_reader_commits_is_not_deleted_by_it(tmp_pa
     reader.committed(read)
     _, left = reader._published()
     assert [200.0, 200.0 + 3 * HOLD_GRACE] in left
+
+
+async def test_a_worker_takes_a_job_about_a_poll_interval_after_a_hold_that_failed_its_turns(
+    tmp_path: Path,
+) -> None:
+    # An application holding the file past busy_timeout is an outage to the worker
+    # (its turns fail), as a server that is down is on Redis or PostgreSQL. Its
+    # back-off between tries grew to ten poll intervals, slept out with the file
+    # free again: a job enqueued then waited up to ten polls (here 10 s) to start.
+    import asyncio
+
+    from batchy.jobs import Queue, Worker
+
+    path = tmp_path / "jobs.db"
+    queue = Queue(SQLiteBackend(path, busy_timeout=0.2))
+    started: list[float] = []
+    failed: list[float] = []
+
+    @queue.job(name="ping")
+    async def ping() -> None:
+        started.append(time.monotonic())
+
+    cycle = queue.backend.cycle
+
+    async def noted(*args: Any) -> Any:
+        try:
+            return await cycle(*args)
+        except Exception:
+            failed.append(time.monotonic())
+            raise
+
+    queue.backend.cycle = noted  # type: ignore[method-assign]
+    worker = Worker(queue, poll_interval=1.0, lease=5.0, shutdown_timeout=1.0)
+    task = asyncio.create_task(worker.run())
+    app = sqlite3.connect(path, isolation_level=None)
+    try:
+        app.execute("BEGIN IMMEDIATE")
+        deadline = time.monotonic() + 30.0
+        while len(failed) < 4:  # the old back-off after the fourth: 6 to 8 s
+            assert time.monotonic() < deadline, failed
+            await asyncio.sleep(0.005)
+        app.execute("ROLLBACK")
+        await ping.enqueue()
+        enqueued = time.monotonic()
+        while not started and time.monotonic() < enqueued + 20.0:
+            await asyncio.sleep(0.01)
+        # A try at most a poll interval after the last failed one, and it goes through.
+        assert started and started[0] - enqueued < 3.0, (started, enqueued)
+    finally:
+        app.close()
+        worker.stop()
+        await asyncio.wait_for(task, 15)
+        await queue.close()

@@ -309,3 +309,28 @@ def test_no_password_of_a_url_survives_redaction(password: str, scheme: str, que
     shown = Backend.redact(location)
     assert password not in shown, shown
     assert shown.startswith(f"{scheme}://app:***@db.internal:5432/jobs")
+
+
+@pytest.mark.parametrize(
+    ("poll", "longest"),
+    [(0.01, 0.1), (0.05, 0.5), (0.5, 1.0), (1.0, 1.0), (2.0, 2.0), (60.0, 60.0)],
+)
+def test_a_workers_wait_between_tries_to_a_store_that_is_down_stops_growing_at_a_second(
+    poll: float, longest: float
+) -> None:
+    # It grew to ten poll intervals (up to 30 s), and a worker slept that out with
+    # the store back: a job enqueued then waited up to ten polls to start. Now it
+    # doubles from a poll interval up to a second (ten polls if less, one if more).
+    import logging
+
+    from batchy.jobs._outage import Outage
+
+    outage = Outage("w", poll)
+    logging.getLogger("batchy.jobs").disabled = True  # the outage's line
+    try:
+        waits = [outage.failed(ConnectionError("refused")) for _ in range(40)]
+    finally:
+        logging.getLogger("batchy.jobs").disabled = False
+    assert 0.75 * poll <= waits[0] <= poll
+    assert all(0.75 * longest <= wait <= longest for wait in waits[-10:]), waits
+    assert max(waits) <= longest
