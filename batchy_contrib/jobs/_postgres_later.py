@@ -38,8 +38,10 @@ log = logging.getLogger("batchy.jobs")
 
 # A hand-in that fails (the store went away) is tried again, a little later each
 # time up to _LONGEST_PAUSE, for as long as its leases hold; a warning says so
-# once per _TRIES failures.
-_TRIES, _LONGEST_PAUSE = 5, 5.0
+# once per _TRIES failures. At most a second, as a worker's own tries: the pause
+# is slept out with the store back, and the key's next job waits for it (at 5 s,
+# it started up to 5 s after the store was back).
+_TRIES, _LONGEST_PAUSE = 5, 1.0
 # How long one try waits for the keys, at first and at most.
 _FIRST_WAIT, _LONGEST_WAIT = 0.25, 8.0
 

@@ -1080,3 +1080,33 @@ async def test_an_outcome_put_off_behind_a_key_outlasts_a_statement_timeout_of_t
         worker.stop()
         await asyncio.wait_for(task, 10)
         await store.close()
+
+
+async def test_a_hand_in_that_failed_in_an_outage_goes_in_about_a_second_after_it() -> None:
+    # Its pause between tries grew to 5 s, slept out with the store back: the
+    # key's next job waited for the outcome that long after the outage.
+    import logging
+
+    from batchy.jobs import Outcome
+    from batchy_contrib.jobs._postgres_later import PutOff
+
+    tries: list[float] = []
+    down = True
+
+    async def hand_in(worker: str, outcomes: list[Outcome], wait: float) -> bool:
+        tries.append(time.monotonic())
+        if down:
+            raise ConnectionError("connection refused")
+        return True
+
+    put_off = PutOff(hand_in, 1)
+    logging.getLogger("batchy.jobs").disabled = True  # its warning after five failures
+    try:
+        put_off.add("w", [Outcome("j1", "done", token="t")], 30.0)
+        while len(tries) < 5:  # pauses of 0.2, 0.4, 0.8 s, then (before) 1.6 and 3.2 s
+            await asyncio.sleep(0.005)
+        down, back = False, time.monotonic()
+        await asyncio.wait_for(put_off.settle("w"), 10)
+    finally:
+        logging.getLogger("batchy.jobs").disabled = False
+    assert len(tries) == 6 and tries[-1] - back < 2.0, [t - back for t in tries]
