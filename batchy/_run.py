@@ -98,8 +98,10 @@ async def _end_leftovers(sched: Scheduler) -> None:
 def _unfinished(sched: Scheduler) -> list[Task[Any]]:
     # Only reached when the live count says some task has not ended: looking
     # the tasks up here keeps every task's own start and end to a counter.
+    # getattr: a task whose making failed half way (batchy.Task() refused its
+    # argument) has no _sched, and a traceback may still hold it.
     return [
         o
         for o in gc.get_objects()
-        if isinstance(o, Task) and o._sched is sched and o._state == PENDING
+        if isinstance(o, Task) and getattr(o, "_sched", None) is sched and o._state == PENDING
     ]

@@ -542,6 +542,18 @@ def test_run_cancels_and_names_tasks_left_unfinished() -> None:
     assert cleaned == ["forever"]
 
 
+def test_run_looks_for_unfinished_tasks_past_a_half_made_one() -> None:
+    # A batchy.Task() refused its argument after its object was made; a
+    # traceback can keep that half-made task alive. The run's search of the
+    # heap for unfinished tasks broke on it with AttributeError (no _sched).
+    try:
+        batchy.Task(object())  # type: ignore[arg-type]
+    except batchy.UsageError as error:
+        kept = error  # its traceback holds the half-made task
+    assert kept.__traceback__ is not None
+    test_run_cancels_and_names_tasks_left_unfinished()
+
+
 def test_cleanup_that_yields_after_a_timeout_runs_to_its_end() -> None:
     calls: list[list[Any]] = []
     record = counting(calls, "record")
