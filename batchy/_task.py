@@ -31,6 +31,7 @@ import contextvars
 import inspect
 import logging
 import types
+import warnings
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
@@ -128,6 +129,18 @@ class Task(Future[T]):
     def __repr__(self) -> str:
         state = ("pending", "done", "failed")[self._state]
         return f"<batchy.Task {self.name} {state}>"
+
+    def __del__(self) -> None:
+        # A task dropped before anything started it: the handler never ran, which
+        # is almost always a forgotten ``yield`` or ``await``. asyncio warns about a
+        # coroutine never awaited; a generator handler would end in silence. One
+        # attribute test per task here; the rest only for the dropped ones.
+        try:
+            sched = self._sched
+        except AttributeError:  # made but never set up (its handler call raised)
+            return
+        if sched is None:
+            _never_started(self)
 
     def _location(self) -> str:
         frame = getattr(self._coro, "gi_frame", None) or getattr(self._coro, "cr_frame", None)
@@ -645,6 +658,35 @@ class _CoroTask(Task[T]):
 
 _LEAF_TYPES.update((Task, _CoroTask))
 _gather._task_type = Task
+
+
+def _never_started(task: Task[Any]) -> None:
+    """Warn that ``task`` is being dropped without having started (see ``Task.__del__``)."""
+    if task._state != PENDING:
+        return  # cancelled before it started: its end was asked for
+    coro, task._coro = task._coro, None  # type: ignore[assignment]
+    if coro is None:
+        return
+    code = getattr(coro, "gi_code", None) or getattr(coro, "cr_code", None)
+    if code is None:  # not a generator or coroutine object: nothing to name
+        return
+    origin = getattr(coro, "cr_origin", None)  # kept for coroutines in asyncio debug mode
+    # Our warning replaces Python's own "coroutine ... was never awaited".
+    coro.close()
+    where = ""
+    if origin:
+        # Innermost first; the first frame is TaskFunction's generated __call__.
+        frames = [f"{f}:{line}" for f, line, _ in origin if not f.startswith("<batchy")]
+        where = f", created at {frames[0]}" if frames else ""
+    warnings.warn(
+        f"batchy task {task.name} (defined at {code.co_filename}:{code.co_firstlineno}"
+        f"{where}) was never awaited: it was made and dropped without being started, "
+        "so its handler never ran. Await it or yield it where it is made (or gather "
+        "it, or call .start() on it)",
+        RuntimeWarning,
+        stacklevel=3,  # the code that dropped it: __del__ -> here -> that code
+        source=task,
+    )
 
 
 def _code_owner(coro: Any) -> Any:

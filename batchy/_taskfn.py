@@ -91,7 +91,8 @@ def _fast_call(fn: Callable[..., Any]) -> Callable[..., Any] | None:
     }
     extra = "\n    _batchy_t._cancel_requests = 0" if inspect.iscoroutinefunction(fn) else ""
     source = _CALL_TEMPLATE.format(params=", ".join(params), args=", ".join(args), extra=extra)
-    exec(source, namespace)
+    # Named, so a coroutine's creation stack (asyncio debug mode) can skip this frame.
+    exec(compile(source, f"<batchy.task {fn.__qualname__}>", "exec"), namespace)
     call: Callable[..., Any] = namespace["__call__"]
     # Argument errors then name the handler: "post_view() missing 1 required ...".
     call.__name__ = fn.__name__
@@ -162,7 +163,8 @@ def task(fn: Callable[P, Any]) -> TaskFunction[P, Any]:
     """Make a handler: a generator function that yields futures, or an ``async def``.
 
     Calling the result gives a :class:`Task`, which starts when it is first
-    yielded, awaited or run::
+    yielded, awaited or run (a task dropped before it started warns with a
+    ``RuntimeWarning``, as asyncio does for a coroutine never awaited)::
 
         @batchy.task
         def comment_view(cid):
