@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import types
 from collections.abc import Callable, Generator
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -171,6 +172,50 @@ class Future(Generic[T_co]):
     def cancel(self, msg: str | None = None) -> bool:
         """Cancel what this future waits for, if it can be; a plain future cannot."""
         return False
+
+    # -- the coroutine protocol -----------------------------------------------------
+    # With ``send``, ``throw`` and ``close`` a future is a coroutine to asyncio,
+    # which then drives it itself (``asyncio.ensure_future``, ``wait_for``,
+    # ``gather``, ``create_task``) rather than through a wrapper coroutine of its
+    # own. That wrapper, cancelled before its first step (``wait_for(x, 0)``),
+    # never touched the future: a task in it was left unstarted, and warned about
+    # as never awaited. Now asyncio throws the cancel into the future itself.
+
+    def send(self, value: object) -> Any:
+        """Go on as a coroutine awaiting this future would: what asyncio calls to step it."""
+        if self._state == PENDING:
+            bridge = self._await_from_asyncio()
+            if not bridge.done():
+                bridge._asyncio_future_blocking = True  # as asyncio.Future.__await__ does
+                return bridge
+        raise StopIteration(self.result())
+
+    def throw(self, typ: Any, val: Any = None, tb: types.TracebackType | None = None) -> Any:
+        """Raise ``typ`` out of this future as its coroutine would, cancelling it if nobody waits.
+
+        asyncio throws ``CancelledError`` in when the task driving the future is
+        cancelled. A future nothing waits on (one ``wait_for(x, 0)`` timed out
+        before it started) is cancelled with it, as the coroutine would be closed;
+        a future already done gives its outcome instead.
+        """
+        error = typ if isinstance(typ, BaseException) else typ() if val is None else val
+        if isinstance(error, asyncio.CancelledError):
+            if self._state != PENDING:
+                # Done already: the cancel comes too late and changes nothing, as
+                # for an asyncio future (wait_for(done, 0) returns its result).
+                raise StopIteration(self.result())
+            self._drop(error.args[0] if error.args else None)
+        raise error.with_traceback(tb) if tb is not None else error
+
+    def close(self) -> None:
+        """Cancel this future if nothing waits on it, as a coroutine never to run is closed."""
+        self._drop(None)
+
+    def _drop(self, msg: str | None) -> None:
+        # Only a future nobody waits on: one awaited elsewhere (or whose asyncio
+        # waiter was cancelled, which cancelled it already) is left alone.
+        if self._state == PENDING and self._waiters is None:
+            self.cancel(msg)
 
 
 class _Callback:

@@ -55,6 +55,16 @@ class _Awaitable(Future[Any]):
             self._source._add_waiter(self)
 
     def cancel(self, msg: str | None = None) -> bool:
+        aw, self._aw = self._aw, None
+        if aw is not None:
+            # Never started (its gather was cancelled first): close it, as asyncio
+            # closes a coroutine cancelled before it ran, and fail with the cancel.
+            if inspect.iscoroutine(aw):
+                aw.close()
+            self._set_exception(
+                asyncio.CancelledError(msg) if msg is not None else asyncio.CancelledError()
+            )
+            return True
         return self._source is not None and self._source.cancel(msg)
 
 
@@ -295,9 +305,12 @@ class Gather(Future[Any]):
         leaves = self._leaves
         self._leaves = []
         own = []
+        # Not started (asyncio cancelled it before its first step): its tasks were
+        # never started either, and nothing else waits on those.
+        unstarted = not self._started
         for leaf in leaves:
             if leaf._state == PENDING:
-                if leaf._waiters is self:
+                if leaf._waiters is self or (unstarted and leaf._waiters is None):
                     own.append(leaf)
                 leaf._remove_waiter(self)
         self._set_exception(

@@ -3,7 +3,9 @@
 asyncio warns "coroutine ... was never awaited" for a coroutine dropped before
 it ran; a batchy task dropped before it started (a missing ``yield`` in a
 generator handler, a missing ``await`` in async code) warns the same way, for
-both kinds of handler, and only once.
+both kinds of handler, and only once. Handing a batchy future to asyncio does
+not count as forgetting it: ``asyncio.wait_for(x, 0)`` times out as it does for
+a coroutine, with no warning and nothing left pending.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import asyncio
 import gc
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 import batchy
+from batchy import DataLoader
 
 
 @batchy.task
@@ -30,6 +33,11 @@ def child(x: int) -> Any:
 @batchy.task
 async def achild(x: int) -> int:
     return await batchy.resolved(x)
+
+
+@batchy.batched
+def double(keys: list[int]) -> list[int]:
+    return [k * 2 for k in keys]
 
 
 @contextmanager
@@ -126,6 +134,19 @@ def test_tasks_that_ran_or_were_cancelled_do_not_warn() -> None:
     assert [w for w in found if issubclass(w.category, RuntimeWarning)] == []
 
 
+def test_a_task_batchy_run_refused_and_then_dropped_warns_too() -> None:
+    # As asyncio.run() refusing a coroutine inside a running loop: the task is
+    # left as it was, to be awaited instead (test_task.py); dropped, it never ran.
+    async def main() -> None:
+        with pytest.raises(batchy.UsageError, match="inside async code, 'await' the task"):
+            batchy.run(child(1))
+
+    with caught() as found:
+        asyncio.run(main())
+    (text,) = never_awaited(found)
+    assert text.startswith("batchy task child ")
+
+
 def test_a_task_whose_handler_call_raised_is_dropped_quietly() -> None:
     # The task object exists before its handler is called; a call that raises
     # (a recursion limit) leaves it half made, which must not break its end.
@@ -133,6 +154,154 @@ def test_a_task_whose_handler_call_raised_is_dropped_quietly() -> None:
         with pytest.raises(batchy.UsageError):
             batchy.Task(object())  # type: ignore[arg-type]
     assert found == []
+
+
+# -- asyncio.wait_for(x, 0) ----------------------------------------------------------
+
+
+def _run_wait_for_zero(make: Callable[[], Any]) -> Any:
+    """``asyncio.wait_for(make(), 0)`` in a fresh loop; returns the awaitable, after."""
+    made: list[Any] = []
+
+    async def main() -> None:
+        made.append(make())
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(made[0], 0)
+        await asyncio.sleep(0.01)  # whatever was left scheduled runs now
+
+    asyncio.run(main())
+    return made[0]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: child(1), id="generator task"),
+        pytest.param(lambda: achild(1), id="async def task"),
+        pytest.param(lambda: batchy.gather(child(1), achild(2)), id="gather of tasks"),
+        pytest.param(lambda: batchy.gather(asyncio.sleep(0)), id="gather of a coroutine"),
+    ],
+)
+def test_wait_for_zero_times_out_without_warning_and_cancels(make: Callable[[], Any]) -> None:
+    # asyncio's own wait_for(coro(), 0) raises TimeoutError, closes the
+    # coroutine unrun and says nothing. A batchy task given to it was left
+    # unstarted by asyncio's wrapper, and warned "coroutine ... was never
+    # awaited" (or, for a generator handler, was just left pending).
+    with caught() as found:
+        aw = _run_wait_for_zero(make)
+        assert aw.done()
+        assert isinstance(aw.exception(), asyncio.CancelledError)
+        del aw
+    assert [str(w.message) for w in found] == []
+
+
+def test_wait_for_zero_leaves_a_task_others_wait_on_running() -> None:
+    async def main() -> list[Any]:
+        gate = asyncio.Event()
+
+        @batchy.task
+        async def slow() -> int:
+            await gate.wait()
+            return 1
+
+        shared = slow()
+        waiting = asyncio.ensure_future(shared)
+        await asyncio.sleep(0.01)  # the shared task starts, awaited by `waiting`
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(shared, 0)
+        gate.set()
+        return [await waiting, shared.result()]
+
+    with caught() as found:
+        assert asyncio.run(main()) == [1, 1]
+    assert never_awaited(found) == []
+
+
+def test_wait_for_zero_of_a_done_future_gives_its_result_as_asyncio_does() -> None:
+    async def main() -> list[Any]:
+        done = child(1)
+        assert await done == 1
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(2)
+        return [await asyncio.wait_for(done, 0), await asyncio.wait_for(fut, 0)]
+
+    assert asyncio.run(main()) == [1, 2]
+
+
+def test_wait_for_zero_of_a_loader_key_still_loads_the_key() -> None:
+    # A key cannot be cancelled (other handlers may share it): it times out
+    # for this waiter and is loaded as usual, nothing left pending.
+    with caught() as found:
+        key = _run_wait_for_zero(lambda: double(21))
+        assert key.result() == 42
+    assert found == []
+
+
+def test_wait_for_zero_of_a_dataloader_load_cancels_that_load() -> None:
+    async def batch(keys: list[int]) -> list[int]:
+        return [k + 1 for k in keys]
+
+    async def main() -> list[Any]:
+        loader = DataLoader(batch)
+        load = loader.load(1)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(load, 0)
+        return [load.cancelled(), await loader.load(1)]
+
+    assert asyncio.run(main()) == [True, 2]
+
+
+# -- asyncio drives batchy futures itself ----------------------------------------------
+
+
+def test_asyncio_runs_batchy_futures_as_it_runs_coroutines() -> None:
+    async def main() -> list[Any]:
+        task = asyncio.ensure_future(child(1))
+        return [
+            await task,
+            await asyncio.wait_for(achild(2), 5),
+            await asyncio.gather(child(3), double(2), batchy.gather(achild(4))),
+            await asyncio.create_task(child(5)),
+        ]
+
+    with caught() as found:
+        assert asyncio.run(main()) == [1, 2, [3, 4, [4]], 5]
+    assert never_awaited(found) == []
+
+
+def test_asyncio_gets_a_batchy_future_s_error() -> None:
+    @batchy.task
+    def boom() -> Any:
+        yield batchy.resolved(None)
+        raise ValueError("boom")
+
+    async def main() -> None:
+        await asyncio.ensure_future(boom())
+
+    with pytest.raises(ValueError, match="boom"):
+        asyncio.run(main())
+
+
+def test_cancelling_the_asyncio_task_that_drives_a_batchy_task_cancels_it() -> None:
+    async def main() -> Any:
+        gate = asyncio.Event()
+
+        @batchy.task
+        async def slow() -> int:
+            await gate.wait()
+            return 1
+
+        task = slow()
+        driver = asyncio.ensure_future(task)
+        await asyncio.sleep(0.01)
+        driver.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await driver
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return task.done()
+
+    assert asyncio.run(main()) is True
 
 
 def _line(warning: warnings.WarningMessage) -> str:
