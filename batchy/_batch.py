@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _hooks
 from ._errors import LoaderError, MissingKeyError, error_text, short_repr
-from ._future import DONE, PENDING, Future
+from ._future import DONE, PENDING, Future, _fail_unread
 from ._gather import Gather
 from ._stats import Askers
 from ._task import Task
@@ -64,6 +64,8 @@ class LoaderSpec(Protocol):
     def thread(self) -> bool: ...
     @property
     def cache(self) -> bool: ...
+    @property
+    def _report_unread(self) -> bool: ...
 
 
 class Batch(Askers):
@@ -200,7 +202,7 @@ class Batch(Askers):
             error = self._wrap(keys, failure)
             pending = [fut for fut in futs if fut._state == PENDING]
             for fut in pending:
-                fut._set_exception(error)
+                self._fail(fut, error)
             self._evict(pending)
         if error is not None:
             for scope in askers:
@@ -235,7 +237,7 @@ class Batch(Askers):
             error = self._wrap(keys, error)
         if error is not None:
             for fut in futs:
-                fut._set_exception(error)
+                self._fail(fut, error)
             self._evict(futs)
             return error
         failed = []
@@ -250,7 +252,7 @@ class Batch(Askers):
                     if isinstance(value, BaseException)
                     else self._coroutine(keys[futs.index(fut)], value)
                 )
-                fut._set_exception(failure)
+                self._fail(fut, failure)
                 failed.append(fut)
                 continue
             # Future._set_result, inlined: this runs once per key.
@@ -285,6 +287,13 @@ class Batch(Askers):
         if failed:
             self._evict(failed)
         return None
+
+    def _fail(self, fut: Future[Any], error: BaseException) -> None:
+        """Fail one key; if nothing waits on it, its error is logged should nothing read it."""
+        if self.loader._report_unread:
+            _fail_unread(fut, error)
+        else:  # a DataLoader's own futures: its loads, not these, are what code holds
+            fut._set_exception(error)
 
     def _coroutine(self, key: Any, value: types.CoroutineType[Any, Any, Any]) -> LoaderError:
         """What fails ``key``, whose value was a coroutine never awaited."""

@@ -19,7 +19,7 @@ import types
 from collections.abc import Callable, Generator
 from typing import Any, Generic, Protocol, TypeVar
 
-from ._errors import UsageError
+from ._errors import UsageError, error_text
 from ._scheduler import Scheduler, current_scheduler, scheduler_for
 from ._scope import Scope, current_scope
 
@@ -216,6 +216,73 @@ class Future(Generic[T_co]):
         # waiter was cancelled, which cancelled it already) is left alone.
         if self._state == PENDING and self._waiters is None:
             self.cancel(msg)
+
+
+def _fail_unread(fut: Future[Any], error: BaseException) -> None:
+    """Fail ``fut`` with ``error``; if nothing waits on it, log the error if nothing ever reads it.
+
+    asyncio logs "Task exception was never retrieved" for a failed task or future
+    nobody looked at. Here a task started and never awaited, or a loader key
+    asked for and never yielded, failed in silence. Waiters are the rule (a
+    parent, a gather, an await): only a future that fails with none changes
+    class, at no cost to the others, to one that notes any read and logs the
+    error if it is collected unread. Cancellation is not an error to report.
+    """
+    unwatched = fut._waiters is None
+    fut._set_exception(error)
+    if unwatched and isinstance(error, Exception) and fut._state == FAILED:
+        cls = type(fut)
+        unread = _UNREAD.get(cls)
+        if unread is None:
+            # Same name and layout: only the methods that read the outcome differ.
+            unread = _UNREAD[cls] = type(cls.__name__, (_Unread, cls), {"__slots__": ()})
+        fut.__class__ = unread
+
+
+class _Unread:
+    """Mixin of a failed future nothing has read yet: any read turns it back into its own class."""
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        error: BaseException = self._value  # type: ignore[attr-defined]
+        logging.getLogger("batchy").error(
+            "batchy: %r failed with %s and its error was never retrieved: nothing "
+            "yielded, awaited or read it. Yield or await every task you start and every "
+            "key you ask for (or read it with .exception())",
+            self,
+            error_text(error),
+            exc_info=(type(error), error, error.__traceback__),
+        )
+
+    def _read(self) -> Any:
+        cls = type(self).__mro__[2]  # (this class, _Unread, the future's own class, ...)
+        self.__class__ = cls
+        return self
+
+    def _activate(self, sched: Scheduler, scope: Scope | None) -> None:
+        self._read()._activate(sched, scope)
+
+    def result(self) -> Any:
+        return self._read().result()
+
+    def exception(self) -> BaseException | None:
+        return self._read().exception()  # type: ignore[no-any-return]
+
+    def add_done_callback(self, fn: Any, **kwargs: Any) -> None:
+        self._read().add_done_callback(fn, **kwargs)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._read().__await__()  # type: ignore[no-any-return]
+
+    def send(self, value: object) -> Any:
+        return self._read().send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: types.TracebackType | None = None) -> Any:
+        return self._read().throw(typ, val, tb)
+
+
+_UNREAD: dict[type, type] = {}
 
 
 class _Callback:

@@ -50,6 +50,11 @@ class Loader(Generic[K, V]):
     Made with :func:`batchy.batched`; see there for the options.
     """
 
+    #: Whether a key that fails with nothing waiting on it logs its error if it is
+    #: never read (``_future._fail_unread``). A DataLoader turns it off for the
+    #: loader it owns: its callers hold its loads, never this loader's futures.
+    _report_unread = True
+
     def __init__(
         self,
         fn: BatchFn[K, V],

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from . import _gather, _hooks
 from ._errors import UsageError, YieldError, short_repr
-from ._future import DONE, FAILED, PENDING, Future, _FromAsyncio, from_asyncio
+from ._future import DONE, FAILED, PENDING, Future, _fail_unread, _FromAsyncio, from_asyncio
 from ._gather import (
     _LEAF_TYPES,
     _PLAIN,
@@ -186,7 +186,8 @@ class Task(Future[T]):
         scheduler's next step, its loads batching with every other task's. It runs
         in ``scope``, else the current scope (else a scope of its own). Nothing
         waits on it: read its outcome with :meth:`add_done_callback`, or await it
-        later. Call it once, from code running on the event loop.
+        later (an error nothing ever reads is logged, as asyncio logs one). Call
+        it once, from code running on the event loop.
         """
         if self._sched is not None or self._state != PENDING:
             how = "was started already" if self._sched is not None else "was cancelled"
@@ -540,7 +541,7 @@ class Task(Future[T]):
     def _fail(self, error: BaseException) -> None:
         # Failed first: should waking its waiters break (a stack at its limit),
         # the task is not stepped or counted down a second time.
-        self._set_exception(error)
+        _fail_unread(self, error)
         self._sched._live -= 1  # type: ignore[union-attr]
         if _hooks.hooks:
             _hooks.emit_task_failed(self, error)

@@ -428,6 +428,9 @@ class DataLoader(Generic[K, V]):
             name=self.name, cache=False, max_batch_size=self.max_batch_size, key=self.cache_key_fn
         )
         self._loader = make(self._dispatch)
+        # Its futures are ours, followed by the loads we hand out: one whose loads
+        # were all cancelled is nobody's error to report.
+        self._loader._report_unread = False
 
     def __repr__(self) -> str:
         return f"<batchy.DataLoader {self.name}>"

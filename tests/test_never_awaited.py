@@ -35,6 +35,12 @@ async def achild(x: int) -> int:
     return await batchy.resolved(x)
 
 
+@batchy.task
+async def gated(gate: asyncio.Event) -> int:
+    await gate.wait()
+    return 1
+
+
 @batchy.batched
 def double(keys: list[int]) -> list[int]:
     return [k * 2 for k in keys]
@@ -198,13 +204,7 @@ def test_wait_for_zero_times_out_without_warning_and_cancels(make: Callable[[], 
 def test_wait_for_zero_leaves_a_task_others_wait_on_running() -> None:
     async def main() -> list[Any]:
         gate = asyncio.Event()
-
-        @batchy.task
-        async def slow() -> int:
-            await gate.wait()
-            return 1
-
-        shared = slow()
+        shared = gated(gate)
         waiting = asyncio.ensure_future(shared)
         await asyncio.sleep(0.01)  # the shared task starts, awaited by `waiting`
         with pytest.raises(TimeoutError):
@@ -285,13 +285,7 @@ def test_asyncio_gets_a_batchy_future_s_error() -> None:
 def test_cancelling_the_asyncio_task_that_drives_a_batchy_task_cancels_it() -> None:
     async def main() -> Any:
         gate = asyncio.Event()
-
-        @batchy.task
-        async def slow() -> int:
-            await gate.wait()
-            return 1
-
-        task = slow()
+        task = gated(gate)
         driver = asyncio.ensure_future(task)
         await asyncio.sleep(0.01)
         driver.cancel()
@@ -308,3 +302,121 @@ def _line(warning: warnings.WarningMessage) -> str:
     import linecache
 
     return linecache.getline(warning.filename, warning.lineno)
+
+
+# -- a failure nothing ever read -----------------------------------------------------
+# asyncio logs "Task exception was never retrieved"; a batchy task started and
+# never awaited, or a key asked for and never yielded, failed in silence.
+
+
+@batchy.batched
+def broken(keys: list[int]) -> list[int]:
+    raise ValueError("db down")
+
+
+@batchy.task
+def fails() -> Any:
+    yield batchy.resolved(None)
+    raise KeyError("bug in a task")
+
+
+def unread_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    gc.collect()
+    return [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+def test_a_started_task_that_fails_unawaited_logs_its_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @batchy.task
+    def parent() -> Any:
+        fails().start()  # started, never awaited
+        yield batchy.resolved(None)
+        yield batchy.resolved(None)
+        return "ok"
+
+    assert batchy.run(parent()) == "ok"
+    (text,) = unread_errors(caplog)
+    assert text.startswith("batchy: <batchy.Task fails failed> failed with KeyError")
+    (record,) = [r for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert record.name == "batchy" and record.exc_info is not None
+    assert isinstance(record.exc_info[1], KeyError)
+
+
+def test_a_key_asked_for_and_never_yielded_logs_its_batch_s_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @batchy.task
+    def parent() -> Any:
+        broken(1)  # the forgotten yield
+        yield batchy.resolved(None)
+        yield double(1)
+        return "ok"
+
+    assert batchy.run(parent()) == "ok"
+    (text,) = unread_errors(caplog)
+    assert "LoaderError: loader 'broken' raised ValueError: db down" in text
+
+
+def test_a_failure_read_later_or_cancelled_is_not_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @batchy.task
+    def parent() -> Any:
+        early = broken(2)  # fetched ahead of time, read after it failed
+        started = fails().start()
+        peeked = broken(3)
+        yield batchy.resolved(None)
+        yield batchy.resolved(None)
+        yield double(1)  # a round: the broken batch fails meanwhile
+        assert early.done() and started.done()
+        out = []
+        for fut in (early, started):
+            try:
+                yield fut
+            except (batchy.LoaderError, KeyError) as error:
+                out.append(type(error).__name__)
+        assert isinstance(peeked.exception(), batchy.LoaderError)
+        both = yield batchy.gather(broken(4), fails(), return_exceptions=True)
+        return out + [type(e).__name__ for e in both]
+
+    assert batchy.run(parent()) == ["LoaderError", "KeyError", "LoaderError", "KeyError"]
+
+    async def cancelled() -> None:
+        task = child(1).start()
+        task.cancel()
+        await asyncio.sleep(0.01)
+
+    asyncio.run(cancelled())
+    assert unread_errors(caplog) == []
+
+
+def test_a_read_future_is_back_to_its_own_class() -> None:
+    # The engine's fast paths test exact types (a loader key is a plain Future).
+    @batchy.task
+    def parent() -> Any:
+        key = broken(5)
+        yield double(1)
+        assert type(key) is not batchy.Future  # failed with nobody waiting
+        try:
+            yield key
+        except batchy.LoaderError:
+            pass
+        return type(key) is batchy.Future
+
+    assert batchy.run(parent()) is True
+
+
+async def test_a_dataloader_batch_whose_loads_were_all_cancelled_logs_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def batch(keys: list[int]) -> list[int]:
+        await asyncio.sleep(0.01)
+        raise RuntimeError("db down")
+
+    loader = DataLoader(batch)
+    load = loader.load(1)
+    load.cancel()  # the key stays in its batch, which fails with nobody to tell
+    await asyncio.sleep(0.05)
+    del load, loader
+    assert unread_errors(caplog) == []
