@@ -123,7 +123,9 @@ class Future(Generic[T_co]):
     def _remove_waiter(self, waiter: Waiter) -> None:
         waiters = self._waiters
         if waiters is waiter:
-            self._waiters = None
+            # Not None: that says nobody ever waited (see _fail_unread). Whoever
+            # asked stopped waiting (cancelled), so an error is nobody's to report.
+            self._waiters = _GONE
         elif isinstance(waiters, list) and waiter in waiters:
             waiters.remove(waiter)
 
@@ -216,6 +218,18 @@ class Future(Generic[T_co]):
         # waiter was cancelled, which cancelled it already) is left alone.
         if self._state == PENDING and self._waiters is None:
             self.cancel(msg)
+
+
+class _Gone:
+    """The waiter a future keeps when its last one stopped waiting: it hears nothing."""
+
+    __slots__ = ()
+
+    def _on_done(self, fut: Future[Any]) -> None:
+        pass
+
+
+_GONE = _Gone()
 
 
 def _fail_unread(fut: Future[Any], error: BaseException) -> None:

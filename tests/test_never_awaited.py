@@ -420,3 +420,25 @@ async def test_a_dataloader_batch_whose_loads_were_all_cancelled_logs_nothing(
     await asyncio.sleep(0.05)
     del load, loader
     assert unread_errors(caplog) == []
+
+
+async def test_a_key_whose_asker_was_cancelled_fails_without_a_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The asker waited, then was cancelled while the batch ran: the key's error is
+    # nobody's to report (the chaos test of cancellation found it logged).
+    @batchy.batched
+    async def slow_broken(keys: list[int]) -> list[int]:
+        await asyncio.sleep(0.02)
+        raise ValueError("db down")
+
+    @batchy.task
+    def asker() -> Any:
+        return (yield slow_broken(1))
+
+    task = asker().start()
+    await asyncio.sleep(0.005)  # the batch is in flight
+    task.cancel()
+    await asyncio.sleep(0.05)  # the batch fails meanwhile
+    assert task.done()
+    assert unread_errors(caplog) == []
