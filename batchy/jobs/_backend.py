@@ -94,19 +94,21 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from . import _runs_kept
 from ._errors import ConfigError
 from ._model import Claims, DeadJob, Envelope, Info, JobStatus, KeyInfo, Outcome, WorkerInfo
 from ._records import (
+    ACTIONS,
     StoredJob,
     cut_page,
     decode_cursor,
     encode_cursor,
     merge_pages,
     narrowed_by,
+    refusals,
     with_running,
 )
 from ._redact import password_of, redact
@@ -114,7 +116,6 @@ from ._screen import check_envelopes, screen_outcomes
 from ._status_sql import status_select
 
 __all__ = ["COUNTS_KEPT", "DEAD_MAX", "DEAD_MAX_AGE", "Backend"]
-Ids = Collection[str]
 
 #: Dead jobs kept at most (the oldest go first), as in Sidekiq.
 DEAD_MAX = 10_000
@@ -131,13 +132,7 @@ class Backend(abc.ABC):
     dead_max_age: float = DEAD_MAX_AGE
 
     #: The operator's actions :meth:`act` knows, and the states each applies to.
-    actions: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "delete": ("queued", "scheduled", "retrying", "blocked"),
-        "run_now": ("scheduled", "retrying"),
-        "cancel": ("running",),
-        "retry_dead": ("dead",),
-        "delete_dead": ("dead",),
-    }
+    actions: ClassVar[Mapping[str, tuple[str, ...]]] = ACTIONS
 
     @abc.abstractmethod
     async def push(
@@ -375,31 +370,8 @@ class Backend(abc.ABC):
             "in this store, or use one of batchy's (memory, SQLite, Redis, PostgreSQL)"
         )
 
-    @staticmethod
-    def refusals(
-        found: Mapping[str, str], action: str, ids: Sequence[str], dead: Ids = (), done: Ids = ()
-    ) -> dict[str, str]:
-        """For :meth:`act`: each id whose state ``action`` does not apply to.
-
-        ``found`` gives the live jobs' states by id, ``dead`` the ids in the dead set, ``done``
-        those with a kept result (``done`` unless live or dead). An id can be both (a dead
-        job's id enqueued anew): the dead set's actions mean its dead entry, so
-        ``delete_dead`` takes it, while ``retry_dead`` is refused as ``"dead and <state>"``
-        (the retried job would replace the live one); the other actions mean the live job.
-        """
-        allowed = Backend.actions[action]
-        refused = {}
-        for i in ids:
-            state = found.get(i)
-            if i in dead and (state is None or action == "delete_dead"):
-                state = "dead"
-            elif i in dead and action == "retry_dead":
-                state = f"dead and {state}"
-            elif state is None and i in done:
-                state = "done"
-            if state not in allowed:
-                refused[i] = state or "unknown"
-        return refused
+    #: For :meth:`act`: each id whose state ``action`` does not apply to (see its docstring).
+    refusals = staticmethod(refusals)
 
     #: For stores: the opaque cursor of a ``state`` listing after a sort key, and back;
     #: a page cut from the jobs read, and one merged from several reads (per queue).

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,6 +19,7 @@ from ._errors import ConfigError
 from ._model import WorkerInfo
 
 __all__ = [
+    "ACTIONS",
     "LIST_STATES",
     "JobInfo",
     "JobPage",
@@ -31,12 +32,52 @@ __all__ = [
     "encode_cursor",
     "merge_pages",
     "narrowed_by",
+    "refusals",
     "with_running",
 ]
 
 #: The states jobs can be listed by. ``blocked``: waiting behind the head of its
 #: ordering key (``Handle.status()`` says ``queued`` or ``scheduled`` for it).
 LIST_STATES = ("queued", "scheduled", "retrying", "running", "blocked", "dead", "done")
+
+#: The operator's actions a store's ``act`` knows, and the states each applies to.
+ACTIONS: Mapping[str, tuple[str, ...]] = {
+    "delete": ("queued", "scheduled", "retrying", "blocked"),
+    "run_now": ("scheduled", "retrying"),
+    "cancel": ("running",),
+    "retry_dead": ("dead",),
+    "delete_dead": ("dead",),
+}
+
+
+def refusals(
+    found: Mapping[str, str],
+    action: str,
+    ids: Sequence[str],
+    dead: Collection[str] = (),
+    done: Collection[str] = (),
+) -> dict[str, str]:
+    """For a store's ``act``: each id whose state ``action`` does not apply to.
+
+    ``found`` gives the live jobs' states by id, ``dead`` the ids in the dead set, ``done``
+    those with a kept result (``done`` unless live or dead). An id can be both (a dead
+    job's id enqueued anew): the dead set's actions mean its dead entry, so
+    ``delete_dead`` takes it, while ``retry_dead`` is refused as ``"dead and <state>"``
+    (the retried job would replace the live one); the other actions mean the live job.
+    """
+    allowed = ACTIONS[action]
+    refused = {}
+    for i in ids:
+        state = found.get(i)
+        if i in dead and (state is None or action == "delete_dead"):
+            state = "dead"
+        elif i in dead and action == "retry_dead":
+            state = f"dead and {state}"
+        elif state is None and i in done:
+            state = "done"
+        if state not in allowed:
+            refused[i] = state or "unknown"
+    return refused
 
 
 @dataclass(frozen=True, slots=True)
