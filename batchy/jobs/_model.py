@@ -195,6 +195,7 @@ class Envelope:
     seconds, whoever tries (periodic ticks).
     ``key`` orders the job: of the jobs sharing a key, only the oldest (in push
     order) may be claimed, and only when no other job of the key is running.
+    A key (ordering or unique) is non-empty text: ``None`` means none.
     """
 
     id: str

@@ -156,6 +156,13 @@ def check_envelopes(envelopes: Sequence[Envelope]) -> None:
         for name, text in (("id", e.id), ("queue", e.queue), ("key", e.key), ("unique", e.unique)):
             if text is not None:
                 _check_text(e.id, _FIELDS[name], text)
+        for name, text in (("key", e.key), ("unique", e.unique)):
+            if text == "":
+                # Redis keeps "no key" as '': one store would order (or dedupe) by it, another not.
+                raise TextError(
+                    f"job {e.id}: its {_FIELDS[name]} is '' (empty), which no store keeps as a "
+                    "key; give a non-empty key, or None for none; nothing was enqueued"
+                )
         if e.due is None and e.unique_ttl == 0.0:
             continue  # the defaults: no time to check
         for name, value in (("due", e.due), ("unique_ttl", e.unique_ttl)):

@@ -1,14 +1,15 @@
 """Corners of the store contract where stores disagreed, each found by ``test_store_model``
-and kept here as the smallest example, run on every store."""
+(or by a review) and kept here as the smallest example, run on every store."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 
-from batchy.jobs import Backend, Envelope, Outcome
+from batchy.jobs import Backend, Envelope, Outcome, TextError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -124,3 +125,15 @@ async def test_a_cancel_ends_with_its_claim_when_the_lease_runs_out(backend: Bac
     claims = await backend.cycle([], ["a"], 1, "w", 30.0, time.time())
     assert [c.id for c in claims] == ["job"] and claims[0].token != claim.token
     assert claims.cancel == []
+
+
+@pytest.mark.parametrize("field", ["key", "unique"])
+async def test_an_empty_key_is_refused_on_every_store(backend: Backend, field: str) -> None:
+    # Redis stored a job pushed with key='' unordered (with unique='': not
+    # deduplicated); the other stores kept it under the key ''.
+    now = time.time()
+    envelope = replace(Envelope("job", "a", "p", unique_ttl=60.0), **{field: ""})
+    name = "ordering key" if field == "key" else "unique key"
+    with pytest.raises(TextError, match=f"^job job: its {name} is '' \\(empty\\)"):
+        await backend.push([envelope], now)
+    assert (await backend.status("job", now)).state == "unknown"
