@@ -12,6 +12,11 @@ every backend:
   an envelope with an unusable due time (:meth:`check_envelopes`), and ``cycle``
   applies an outcome no store could keep as that job's death
   (:meth:`screen_outcomes`), so the other outcomes of the round trip land.
+- Text no job can have (a NUL character, a lone surrogate; an empty ordering or
+  unique key) is refused alike by every store, before it is asked: ``push``
+  raises :class:`TextError`, and so do look-ups and actions; an outcome, a
+  heartbeat or a progress save for such an id is refused as if its claim ended
+  (:mod:`batchy.jobs._checked` wraps every subclass's entry points).
 - ``cycle`` applies outcomes, then claims up to ``limit`` ready jobs from
   ``queues`` in the order given (the first queue is drained first), each claimed
   job leased to ``worker`` for ``lease`` seconds under a fresh *lease token*
@@ -94,10 +99,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from . import _runs_kept
+from ._checked import check_entry_points
 from ._errors import ConfigError
 from ._model import Claims, DeadJob, Envelope, Info, JobStatus, KeyInfo, Outcome, WorkerInfo
 from ._records import (
@@ -130,6 +137,11 @@ class Backend(abc.ABC):
 
     dead_max: int = DEAD_MAX
     dead_max_age: float = DEAD_MAX_AGE
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Every store, batchy's or not, takes text no job can have alike (see _checked).
+        super().__init_subclass__(**kwargs)
+        check_entry_points(cls)
 
     #: The operator's actions :meth:`act` knows, and the states each applies to.
     actions: ClassVar[Mapping[str, tuple[str, ...]]] = ACTIONS
@@ -346,7 +358,7 @@ class Backend(abc.ABC):
 
     async def job(self, job_id: str, now: float) -> StoredJob | None:
         """The job's record in any state, or None if not held (by default: :meth:`jobs`'s)."""
-        if type(self).jobs is Backend.jobs:
+        if inspect.unwrap(type(self).jobs) is Backend.jobs:  # (wrapped: see _checked)
             raise self._cannot_operate()
         return (await self.jobs([job_id], now))[0]
 

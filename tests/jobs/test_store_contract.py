@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import pytest
 
-from batchy.jobs import Backend, Envelope, Outcome, TextError
+from batchy.jobs import Backend, Envelope, Outcome, TextError, WorkerInfo
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -137,3 +138,63 @@ async def test_an_empty_key_is_refused_on_every_store(backend: Backend, field: s
     with pytest.raises(TextError, match=f"^job job: its {name} is '' \\(empty\\)"):
         await backend.push([envelope], now)
     assert (await backend.status("job", now)).state == "unknown"
+
+
+Call = Callable[[Backend, str, float], Awaitable[object]]
+LOOKUPS: dict[str, Call] = {
+    "status": lambda b, text, now: b.status(text, now),
+    "statuses": lambda b, text, now: b.statuses(["fine", text], now),
+    "job": lambda b, text, now: b.job(text, now),
+    "jobs": lambda b, text, now: b.jobs(["fine", text], now),
+    "act": lambda b, text, now: b.act("delete", [text], now),
+    "retry_dead": lambda b, text, now: b.retry_dead([text], now),
+    "delete_dead": lambda b, text, now: b.delete_dead([text]),
+    "list_jobs queue": lambda b, text, now: b.list_jobs("queued", now, queue=text),
+    "list_jobs key": lambda b, text, now: b.list_jobs("queued", now, key=text),
+    "note_run": lambda b, text, now: b.note_run("job", text, now, 60.0),
+    "runs": lambda b, text, now: b.runs(text, now, 60.0),
+    "run_started": lambda b, text, now: b.run_started("job", text),
+}
+NO_JOBS_TEXT = pytest.mark.parametrize("text", ["a\x00b", "a\udc80b"], ids=["NUL", "surrogate"])
+
+
+@NO_JOBS_TEXT
+async def test_text_no_job_can_have_gets_a_text_error_from_every_store(
+    backend: Backend, text: str
+) -> None:
+    # Asked directly (not through Queue or Admin), memory answered "unknown",
+    # PostgreSQL raised psycopg's DataError for a NUL, and the stores that encode
+    # text a UnicodeEncodeError for a lone surrogate.
+    now = time.time()
+    for name, call in LOOKUPS.items():
+        with pytest.raises(TextError, match="so no store holds a job with it") as info:
+            await call(backend, text, now)
+        # (A store may answer one through another: job through jobs, say.)
+        message = str(info.value)
+        assert message.startswith(f"{type(backend).__name__}.{name.split()[0]}"), name
+        assert f"({text!r}): the " in message, name
+    with pytest.raises(TextError, match="the queue holds"):
+        await backend.cycle([], ["a", text], 1, "w", 30.0, now)
+
+
+@NO_JOBS_TEXT
+async def test_a_workers_word_for_text_no_job_can_have_is_refused(
+    backend: Backend, text: str
+) -> None:
+    # As for any claim that does not hold, and the rest of the round trip lands
+    # (stores failed the whole call with their own errors, or refused).
+    now = time.time()
+    await backend.push([Envelope("job", "a", "p")], now)
+    (claim,) = await backend.cycle([], ["a"], 1, "w", 30.0, now)
+    info = WorkerInfo("w", "host", 1, ("a",), 3)
+    held = [(text, claim.token), ("job", text), ("job", claim.token)]
+    assert sorted(await backend.heartbeat(info, held, 30.0, now)) == sorted([text, "job"])
+    assert not await backend.save_progress(text, claim.token, "p2", 30.0, now)
+    assert not await backend.save_progress("job", text, "p2", 30.0, now)
+    outcomes = [
+        Outcome(text, "done", "a", token=claim.token),
+        Outcome("job", "done", "a", result='"r"', keep=60.0, token=claim.token),
+    ]
+    claims = await backend.cycle(outcomes, ["a"], 0, "w", 30.0, now)
+    assert claims.refused == [text]
+    assert (await backend.status("job", now)).result == '"r"'
