@@ -34,9 +34,10 @@ every backend:
   worker's job runs again elsewhere) but each attempt has at most one outcome:
   a worker that comes back after its lease ran out (paused, its loop blocked,
   the network stalled) can neither overwrite the new holder's result, nor end
-  the job, nor start a third run, nor move an ordering key on. Refusals name
-  jobs by id, so a call speaks for one claim per job (a worker that claims a job
-  anew ends its earlier claim of it).
+  the job, nor start a third run, nor move an ordering key on. Each outcome or
+  pair is answered for its own claim, also beside another claim of the same job
+  in one call; refusals name jobs by id, so a worker speaks for one claim per
+  job (one that claims a job anew ends its earlier claim of it).
 - ``heartbeat`` renews the leases of the ``(id, token)`` pairs a live worker
   holds and records the worker for ``info``; it returns the ids it did not renew.
 - Clocks: every time comparison that decides ownership or due-ness (lease

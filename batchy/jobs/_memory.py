@@ -193,7 +193,7 @@ class MemoryBackend(Backend):
             self._dead[outcome.id] = DeadJob(
                 outcome.id,
                 outcome.queue,
-                outcome.payload or "",
+                job.payload if outcome.payload is None else outcome.payload,
                 outcome.reason,
                 outcome.traceback,
                 now,
@@ -203,7 +203,7 @@ class MemoryBackend(Backend):
         else:
             if outcome.kind == "retry":
                 job.payload, job.due, job.retrying = (
-                    outcome.payload or job.payload,
+                    job.payload if outcome.payload is None else outcome.payload,
                     _clock.on_store(outcome.due, sent, now),
                     True,
                 )

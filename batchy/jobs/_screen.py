@@ -117,7 +117,9 @@ def _dead(o: Outcome, problem: str) -> Outcome:
         f"or a custom worker; `batchy dead retry {o.id}` runs it again)"
     )
     log.error("%s", reason)
-    return replace(o, kind="dead", payload=o.payload or "", reason=reason, traceback="")
+    # A payload that is no str (a retry's) leaves the job the one it was claimed with.
+    payload = o.payload if isinstance(o.payload, str) else None
+    return replace(o, kind="dead", payload=payload, reason=reason, traceback="")
 
 
 def _check_text(job_id: str, field: str, text: object) -> None:

@@ -257,10 +257,10 @@ class SQLiteBackend(KeptRecords, Backend):
         """Apply the outcomes whose token holds (in the caller's transaction), fitting
         them in rows of at most ``limit`` bytes (:mod:`._sqlite_size`); the refused ids."""
         db = self._db
-        applied: set[str] = set()
+        applied: set[tuple[str, str]] = set()  # claims: a call may name a job twice
         left: list[str | None] = []  # the ordering keys of the rows that left
-        for job_id, key in finish_done(db, given, now, limit):
-            applied.add(job_id)
+        for job_id, token, key in finish_done(db, given, now, limit):
+            applied.add((job_id, token))
             left.append(key)
         dead = False
         for o in given:  # retries, releases and deaths are the rare outcomes: one by one
@@ -276,7 +276,7 @@ class SQLiteBackend(KeptRecords, Backend):
                     continue
                 left.append(row[0])
                 # Without a payload of its own, it keeps the one it was claimed with.
-                payload = o.payload or row[1]
+                payload = row[1] if o.payload is None else o.payload
                 reason, trace = fit_death(
                     limit, o.reason, o.traceback, o.id, o.queue, payload, row[0]
                 )
@@ -303,31 +303,31 @@ class SQLiteBackend(KeptRecords, Backend):
                 )
                 if cur.rowcount != 1:
                     continue
-            applied.add(o.id)
+            applied.add((o.id, o.token))
         if dead:
             cap_dead(db, now - self.dead_max_age, self.dead_max)
         advance(db, left)
-        return [o.id for o in given if o.id not in applied]
+        return [o.id for o in given if (o.id, o.token) not in applied]
 
     async def heartbeat(
         self, worker: WorkerInfo, held: Sequence[tuple[str, str]], lease: float, now: float
     ) -> list[str]:
         db = self._db
-        renewed: set[str] = set()
+        renewed: set[tuple[str, str]] = set()  # claims: a call may name a job twice
         async with self._tx() as tx:
             now = tx.began
             for chunk in _chunks(held):
                 where, params = _pairs(chunk)
                 rows = db.execute(
-                    f"UPDATE jobs SET lease = ? WHERE +state = 1 AND {where} RETURNING id",
+                    f"UPDATE jobs SET lease = ? WHERE +state = 1 AND {where} RETURNING id, token",
                     (now + lease, *params),
                 ).fetchall()
-                renewed.update(r[0] for r in rows)
+                renewed.update(rows)
             db.execute(
                 "INSERT OR REPLACE INTO workers VALUES (?, ?, ?)",
                 (worker.id, worker.to_json(), now + lease),
             )
-        return [i for i, _ in held if i not in renewed]
+        return [i for i, t in held if (i, t) not in renewed]
 
     async def save_progress(
         self, job_id: str, token: str, payload: str, lease: float, now: float

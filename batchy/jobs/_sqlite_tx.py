@@ -283,23 +283,26 @@ _CHUNK = 500
 
 def finish_done(
     db: sqlite3.Connection, given: Sequence[Outcome], now: float, limit: int
-) -> list[tuple[str, str | None]]:
+) -> list[tuple[str, str, str | None]]:
     """Remove the jobs of the ``done`` outcomes whose token holds, keeping each result
-    with what the job was (queue, key, payload); the ``(id, ordering key)`` of each.
-    A result that does not fit in a row beside them (``limit``) is not kept."""
+    with what the job was (queue, key, payload); the ``(id, token, ordering key)`` of
+    each. A result that does not fit in a row beside them (``limit``) is not kept."""
     done = [(o.id, o.token) for o in given if o.kind == "done"]
-    was: dict[str, tuple[str, str | None, str]] = {}
+    # By claim, not by id: a stale claim's outcome beside the live one's (same id)
+    # is refused, and its result must not replace the live one's.
+    was: dict[tuple[str, str], tuple[str, str | None, str]] = {}
     for chunk in chunks(done):
         where, params = pairs(chunk)
-        for job_id, key, queue, payload in db.execute(
-            f"DELETE FROM jobs WHERE +state = 1 AND {where} RETURNING id, okey, queue, payload",
+        for job_id, token, key, queue, payload in db.execute(
+            f"DELETE FROM jobs WHERE +state = 1 AND {where} "
+            "RETURNING id, token, okey, queue, payload",
             params,
         ):
-            was[job_id] = (queue, key, payload)
+            was[job_id, token] = (queue, key, payload)
     kept = [
-        (o.id, fit_result(limit, o.id, o.result, *was[o.id]), now + o.keep, *was[o.id])
+        (o.id, fit_result(limit, o.id, o.result, *w), now + o.keep, *w)
         for o in given
-        if o.kind == "done" and o.keep > 0 and o.id in was
+        if o.kind == "done" and o.keep > 0 and (w := was.get((o.id, o.token))) is not None
     ]
     if kept:
         db.executemany(
@@ -307,7 +310,7 @@ def finish_done(
             "VALUES (?, ?, ?, ?, ?, ?)",
             kept,
         )
-    return [(job_id, w[1]) for job_id, w in was.items()]
+    return [(job_id, token, w[1]) for (job_id, token), w in was.items()]
 
 
 def chunks(ids: Sequence[T]) -> Iterable[Sequence[T]]:

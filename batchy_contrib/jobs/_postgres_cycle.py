@@ -61,7 +61,7 @@ DECLARE
   k_keys text[];
   later text[] := ARRAY[]::text[];
   busy text[];
-  applied text[];
+  applied bigint[];  -- the outcomes applied, by position: a call may name a job twice
   gone text[];
   buried int;
   tok text;
@@ -100,12 +100,13 @@ BEGIN
     END IF;
     WITH o AS (SELECT e->>0 AS kind, e->>1 AS id, e->>2 AS token, e->>3 AS queue,
                       e->>4 AS payload, (e->>5)::float8 AS off, e->>6 AS result,
-                      (e->>7)::float8 AS keep, e->>8 AS reason, e->>9 AS tb
-               FROM jsonb_array_elements(p_outcomes) e WHERE NOT (e->>1) = ANY(later)),
+                      (e->>7)::float8 AS keep, e->>8 AS reason, e->>9 AS tb, x.n
+               FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS x(e, n)
+               WHERE NOT (e->>1) = ANY(later)),
     done AS (
       DELETE FROM {s}.jobs j USING o
       WHERE o.kind = 'done' AND j.id = o.id AND j.token = o.token
-      RETURNING j.id, j.okey, j.queue, j.payload, o.result, o.keep),
+      RETURNING j.id, j.okey, j.queue, j.payload, o.result, o.keep, o.n),
     kept AS (
       INSERT INTO {s}.results (id, result, expires, queue, okey, payload)
       SELECT d.id, d.result, t + d.keep, d.queue, d.okey, d.payload FROM done d WHERE d.keep > 0
@@ -114,8 +115,9 @@ BEGIN
     died AS (
       DELETE FROM {s}.jobs j USING o
       WHERE o.kind = 'dead' AND j.id = o.id AND j.token = o.token
+      -- Without a payload of its own, it keeps the one it was claimed with.
       RETURNING j.id, j.okey, coalesce(nullif(o.queue, ''), j.queue) AS queue,
-                coalesce(o.payload, '') AS payload, o.reason, o.tb),
+                coalesce(o.payload, j.payload) AS payload, o.reason, o.tb, o.n),
     grave AS (
       INSERT INTO {s}.dead SELECT d.id, d.queue, d.payload, d.reason, d.tb, t, d.okey
       FROM died d
@@ -129,10 +131,10 @@ BEGIN
         due = CASE WHEN o.kind = 'retry' THEN t + o.off ELSE j.due END
       FROM o
       WHERE o.kind IN ('retry', 'release') AND j.id = o.id AND j.token = o.token
-      RETURNING j.id, j.queue, o.kind)
+      RETURNING j.id, j.queue, o.kind, o.n)
     SELECT
-      ARRAY(SELECT x.id FROM done x UNION ALL SELECT x.id FROM died x
-            UNION ALL SELECT x.id FROM again x),
+      ARRAY(SELECT x.n FROM done x UNION ALL SELECT x.n FROM died x
+            UNION ALL SELECT x.n FROM again x),
       ARRAY(SELECT x.okey FROM done x WHERE x.okey IS NOT NULL
             UNION ALL SELECT x.okey FROM died x WHERE x.okey IS NOT NULL),
       (SELECT count(*) FROM died),
@@ -140,10 +142,11 @@ BEGIN
     INTO applied, gone, buried, woke;
     -- A retry sets a new due time and a release makes a job ready: wake its queue.
     FOREACH q IN ARRAY woke LOOP PERFORM {s}.wake(q, true); END LOOP;
-    -- (Usually every outcome was applied: then there is nothing to compare, id by id.)
+    -- (Usually every outcome was applied: then there is nothing to compare, one by one.)
     IF cardinality(applied) + cardinality(later) < cardinality(o_ids) THEN
-      RETURN QUERY SELECT 'r'::text, x, NULL::text, NULL::text, NULL::text FROM unnest(o_ids) x
-        WHERE NOT x = ANY(applied) AND NOT x = ANY(later);
+      RETURN QUERY SELECT 'r'::text, x.i, NULL::text, NULL::text, NULL::text
+        FROM unnest(o_ids) WITH ORDINALITY AS x(i, n)
+        WHERE NOT x.n = ANY(applied) AND NOT x.i = ANY(later);
     END IF;
     RETURN QUERY SELECT 'w'::text, x, NULL::text, NULL::text, NULL::text FROM unnest(later) x;
     IF buried > 0 THEN
@@ -223,16 +226,20 @@ END $$;
 """
 
 HEARTBEAT = """
--- Renew the leases still held; return the ids that were not. A row another
+-- Renew the leases still held; return the (id, token) pairs that were not. A row another
 -- transaction holds is skipped, not waited for: that is this worker's own turn
 -- handing in its outcome (it renews finished jobs too, until their outcomes are
 -- in), or another worker's recovery of an expired lease. Waiting for it was a
 -- deadlock: the turn locks its rows in the order its jobs finished, this in the
 -- order they were claimed. A skipped job still held in this statement's snapshot
 -- is not lost; it is renewed at the next beat if it is still held then.
+-- (Dropped first: until version 14 it returned ids alone, and a function's
+-- result type changes only by a drop; every migration that writes it runs this.)
+DROP FUNCTION IF EXISTS {s}.heartbeat(text, text, float8, text[], text[]);
 CREATE OR REPLACE FUNCTION {s}.heartbeat(
   p_worker text, p_info text, p_lease float8, p_ids text[], p_tokens text[]
-) RETURNS SETOF text LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+) RETURNS TABLE (lost_id text, lost_token text)
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
   t float8 := {s}.clock();
@@ -249,9 +256,9 @@ BEGIN
   INSERT INTO {s}.workers VALUES (p_worker, p_info, t + p_lease)
     ON CONFLICT (id) DO UPDATE SET info = excluded.info, expires = excluded.expires;
   IF cardinality(renewed) < cardinality(p_ids) THEN
-    RETURN QUERY SELECT u.id FROM unnest(p_ids, p_tokens) AS u(id, token)
-      WHERE NOT u.id = ANY(renewed)
-        AND NOT EXISTS (SELECT 1 FROM {s}.jobs j WHERE j.id = u.id AND j.token = u.token);
+    -- Pair by pair: a call may name a job twice, the live claim and an ended one.
+    RETURN QUERY SELECT u.id, u.token FROM unnest(p_ids, p_tokens) AS u(id, token)
+      WHERE NOT EXISTS (SELECT 1 FROM {s}.jobs j WHERE j.id = u.id AND j.token = u.token);
   END IF;
 END $$;
 """

@@ -23,7 +23,7 @@ from ._postgres_cycle import ADVANCE, CYCLE, HEARTBEAT
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 13
+VERSION = 14
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -323,4 +323,7 @@ MIGRATIONS: dict[int, str] = {
     10: HEARTBEAT + RETRY_DEAD + _KEY_WAIT,
     11: CYCLE,  # version 12: the prune skips rows another transaction holds
     12: PUSH_STEP,  # version 13: a skipped envelope takes nothing
+    # Version 14: outcomes and heartbeats are answered claim by claim (a call may name
+    # a job twice), and a death without a payload keeps the one the job was claimed with.
+    13: CYCLE + HEARTBEAT,
 }

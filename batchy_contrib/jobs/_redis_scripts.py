@@ -224,14 +224,13 @@ while i <= #ARGV do
     zadd('retry', due, id, qq)
     wake(qq, true)  -- a new due time: a waiting worker re-reads its deadline
   elseif kind == 'dead' then
+    local d = cjson.decode(extra)
+    -- Without a payload of its own, it keeps the one it was claimed with.
+    if d.payload == nil then d.payload = redis.call('HGET', p..'jobs', id) or '' end
     redis.call('HDEL', p..'jobs', id)
     redis.call('HDEL', p..'meta', id)
-    local key = leave(id, now)
-    if key then
-      local d = cjson.decode(extra)
-      d.key = key
-      extra = cjson.encode(d)
-    end
+    d.key = leave(id, now)
+    extra = cjson.encode(d)
     redis.call('ZADD', p..'dead', now, id)
     redis.call('HSET', p..'deadinfo', id, extra)
     buried = true

@@ -353,9 +353,10 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
             self.names.sql("SELECT * FROM {s}.heartbeat(%s, %s, %s, %s::text[], %s::text[])"),
             (worker.id, worker.to_json(), lease, [i for i, _ in claims], [t for _, t in claims]),
         )
-        lost = {r[0] for r in rows}
-        self._put_off.lost(worker.id, list(lost))
-        return [i for i, _ in held if i in lost]
+        # Pair by pair: a call may name a job twice, the live claim and an ended one.
+        lost = {(i, t) for i, t in rows}
+        self._put_off.lost(worker.id, [i for i, _ in lost])
+        return [i for i, t in held if (i, t) in lost]
 
     async def save_progress(
         self, job_id: str, token: str, payload: str, lease: float, now: float

@@ -245,12 +245,9 @@ class RedisBackend(RedisOperating, views.RedisViews):
                 # Only a retry's due counts, sent as an offset the script adds to TIME.
                 args += ("retry", o.id, o.token, o.queue, o.payload or "", repr(o.due - now))
             elif kind == "dead":
-                grave = {
-                    "queue": o.queue,
-                    "payload": o.payload or "",
-                    "reason": o.reason,
-                    "traceback": o.traceback,
-                }
+                grave = {"queue": o.queue, "reason": o.reason, "traceback": o.traceback}
+                if o.payload is not None:  # (else the script keeps the claimed one)
+                    grave["payload"] = o.payload
                 args += ("dead", o.id, o.token, json.dumps(grave))
             else:
                 args += (kind, o.id, o.token)

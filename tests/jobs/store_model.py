@@ -209,9 +209,12 @@ class Model:
                 self.results[job.id] = Done(outcome.result, job.queue, job.key)
         elif outcome.kind == "dead":
             self._leave(job.id)
-            self.dead[job.id] = Dead(outcome.queue, outcome.payload or "", outcome.reason, job.key)
+            # Without a payload of its own, it keeps the one it was claimed with.
+            payload = job.payload if outcome.payload is None else outcome.payload
+            self.dead[job.id] = Dead(outcome.queue, payload, outcome.reason, job.key)
         elif outcome.kind == "retry":
-            job.payload, job.due, job.retrying = outcome.payload or job.payload, outcome.due, True
+            payload = job.payload if outcome.payload is None else outcome.payload
+            job.payload, job.due, job.retrying = payload, outcome.due, True
         return True
 
     def give_back(self) -> None:

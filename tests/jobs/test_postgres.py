@@ -271,8 +271,10 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
         # Back to what version 1 had: no cancels, no index of blocked jobs, no counts,
         # no runs, results without what the job was, no check of claims' tokens, a
         # heartbeat that said state = 1.
+        # (Its heartbeat returned ids alone: a new result type takes a drop.)
         conn.execute(f"ALTER TABLE {schema}.jobs DROP CONSTRAINT jobs_claimed")
-        conn.execute(f"CREATE OR REPLACE FUNCTION {schema}.heartbeat(p_worker text, p_info text, "
+        conn.execute(f"DROP FUNCTION {schema}.heartbeat(text, text, float8, text[], text[])")
+        conn.execute(f"CREATE FUNCTION {schema}.heartbeat(p_worker text, p_info text, "
                      "p_lease float8, p_ids text[], p_tokens text[]) RETURNS SETOF text "
                      "LANGUAGE sql AS $$ SELECT 'j.state = 1' $$")  # fmt: skip
         for name, returns in (("lock_keys", "void"), ("try_lock_keys", "text[]")):
@@ -312,6 +314,7 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
             (postgres_schema,),
         ).fetchall()
         assert len(beat) == 1 and "FOR UPDATE OF x SKIP LOCKED" in beat[0][0]  # version 11's
+        assert "RETURN QUERY SELECT u.id, u.token" in beat[0][0]  # version 14's
         scans = conn.execute(
             "SELECT p.proname, p.proconfig FROM pg_proc p JOIN pg_namespace n "
             "ON n.oid = p.pronamespace WHERE n.nspname = %s "

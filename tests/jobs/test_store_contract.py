@@ -128,6 +128,62 @@ async def test_a_cancel_ends_with_its_claim_when_the_lease_runs_out(backend: Bac
     assert claims.cancel == []
 
 
+async def claimed_twice(backend: Backend, now: float) -> tuple[str, str]:
+    """The tokens of job ``job``'s ended claim and of its live one (released, claimed anew)."""
+    await backend.push([Envelope("job", "a", "p1")], now)
+    (first,) = await backend.cycle([], ["a"], 1, "w", 30.0, now)
+    release = Outcome("job", "release", token=first.token)
+    (second,) = await backend.cycle([release], ["a"], 1, "w", 30.0, now)
+    assert second.token != first.token
+    return first.token, second.token
+
+
+@pytest.mark.parametrize("live_first", [True, False], ids=["live first", "ended first"])
+async def test_two_outcomes_for_one_job_are_answered_claim_by_claim(
+    backend: Backend, live_first: bool
+) -> None:
+    # SQLite kept the result of the last done outcome of the job, the ended
+    # claim's too; SQLite and PostgreSQL refused neither (they compared ids).
+    now = time.time()
+    ended, live = await claimed_twice(backend, now)
+    outcomes = [
+        Outcome("job", "done", "a", result='"live"', keep=60.0, token=live),
+        Outcome("job", "done", "a", result='"ended"', keep=60.0, token=ended),
+    ]
+    claims = await backend.cycle(outcomes[:: 1 if live_first else -1], ["a"], 0, "w", 30.0, now)
+    assert claims.refused == ["job"]
+    status = await backend.status("job", now)
+    assert (status.state, status.result) == ("done", '"live"')
+
+
+async def test_a_heartbeat_answers_each_claim_of_a_job(backend: Backend) -> None:
+    # SQLite and PostgreSQL renewed by id: the ended claim beside the live one
+    # was not said lost.
+    now = time.time()
+    ended, live = await claimed_twice(backend, now)
+    info = WorkerInfo("w", "host", 1, ("a",), 3)
+    assert await backend.heartbeat(info, [("job", live), ("job", ended)], 30.0, now) == ["job"]
+    assert await backend.heartbeat(info, [("job", live)], 30.0, now) == []
+
+
+@pytest.mark.parametrize("key", [None, "k"])
+async def test_a_death_without_a_payload_keeps_the_claimed_one(
+    backend: Backend, key: str | None
+) -> None:
+    # SQLite kept the payload the job was claimed with; memory, Redis and
+    # PostgreSQL stored '', so the dead job, retried, could not be decoded.
+    now = time.time()
+    await backend.push([Envelope("job", "a", "p1", key=key)], now)
+    (claim,) = await backend.cycle([], ["a"], 1, "w", 30.0, now)
+    dead = Outcome("job", "dead", "a", reason="why \u2713 \U0001f642", token=claim.token)
+    await backend.cycle([dead], ["a"], 0, "w", 30.0, now)
+    got = [(d.id, d.payload, d.reason, d.key) for d in await backend.dead_jobs()]
+    assert got == [("job", "p1", "why \u2713 \U0001f642", key)]
+    assert await backend.retry_dead(["job"], now) == 1
+    (again,) = await backend.cycle([], ["a"], 1, "w", 30.0, now)
+    assert (again.id, again.payload) == ("job", "p1")
+
+
 @pytest.mark.parametrize("field", ["key", "unique"])
 async def test_an_empty_key_is_refused_on_every_store(backend: Backend, field: str) -> None:
     # Redis stored a job pushed with key='' unordered (with unique='': not
