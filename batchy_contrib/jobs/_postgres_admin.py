@@ -6,8 +6,15 @@ on ``jobs_ready``) and reads on in index order, so page 2 of a million queued
 jobs reads as few rows as page 1. Scheduled and retrying jobs share the ready
 index: a page reads at most ``page_budget`` rows of each queue, filters them
 here, and may end short with a cursor to go on from. Blocked jobs have a
-partial index of their own (``jobs_blocked``); dead and done jobs are read
-newest first on ``dead_died`` and ``results_expires``.
+partial index of their own (``jobs_blocked``, in push order), which a page of
+one queue reads at most ``page_budget`` rows of; dead and done jobs are read
+newest first on ``dead_died_id`` and ``results_expires_id``, whose second
+column (id) makes the cursor's whole sort key an index condition, however many
+jobs share its time. Running jobs have no index in their page's order (by id):
+every claim and every finish would write one more index entry, a tax on each
+job for a dashboard's page. A page of them reads every running job (at most the
+workers' concurrency) through ``jobs_lease`` and sorts them, whatever the
+statistics say (see ``_running``), never the queued backlog.
 
 An action is one transaction: it locks the rows of its ids (``FOR UPDATE``, so a
 claim skips them), checks every job's state, and changes all of them or none.
@@ -23,7 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from batchy.jobs import Backend, DeadJob, JobStateError, StoredJob
 
-from ._postgres_read import by_id
+from ._postgres_read import by_id, indexed
 from ._postgres_schema import Names
 from ._postgres_sql import KEY_WAIT, KEY_WAIT_SECONDS
 
@@ -160,9 +167,36 @@ class PostgresOperating:
         after: str | None = None,
         limit: int = 50,
     ) -> tuple[list[StoredJob], str | None]:
-        async with (await self.pool()).connection() as conn:
+        pool = await self.pool()
+        if state == "running" and key is None:
+            async with indexed(pool) as conn:  # see _running
+                (t,) = (await _rows(conn, self.names.sql("SELECT {s}.clock()"), ()))[0]
+                return await self._running(conn, t, now - t, queue, after, limit)
+        async with pool.connection() as conn:
             (t,) = (await _rows(conn, self.names.sql("SELECT {s}.clock()"), ()))[0]
             return await self._list(conn, state, t, now - t, queue, key, after, limit)
+
+    async def _running(
+        self, conn: Conn, t: float, shift: float, queue: str | None, after: str | None, limit: int
+    ) -> tuple[list[StoredJob], str | None]:
+        """A page of running jobs by id: all of them (of ``queue``) read, sorted here.
+
+        Read through ``jobs_lease`` whatever the statistics: the CTE has no order for
+        the primary key to offer, and ``conn`` plans without sequential scans. With
+        statistics that said most jobs run, ``ORDER BY id LIMIT`` read the primary
+        key in id order and dropped every queued job before the running ones (20,000
+        rows for a page of 50), and the CTE alone was planned as a scan of the table.
+        """
+        c = None if after is None else Backend.read_cursor(after, "running", 1, self)
+        where, args = "state = 1 AND id > %s", [c[0] if c else ""]
+        if queue is not None:
+            where, args = where + " AND queue = %s", [*args, queue]
+        sql = self.names.sql(
+            f"WITH r AS MATERIALIZED ({_JOB} WHERE {where}) SELECT * FROM r ORDER BY id LIMIT %s"
+        )
+        rows = await _rows(conn, sql, [*args, limit + 1])
+        found = [(_job(r, t, shift), [r[0]]) for r in rows]
+        return Backend.cut_page(found, lambda j: True, limit, len(rows) > limit, "running")
 
     async def _list(
         self,
@@ -206,18 +240,18 @@ class PostgresOperating:
             rows = await _rows(conn, sql, [*values, limit + 1])
             found = [(_dead(r, shift), [r[6], r[0]]) for r in rows]
             return Backend.cut_page(found, lambda j: True, limit, False, state)
-        if key is not None or state in ("running", "blocked"):
+        if key is not None or state == "blocked":
             if key is not None:  # every state of one key, in push order (jobs_okey)
-                where, args, order = "okey = %s AND seq > %s", [key, c[0] if c else -1], "seq"
-            elif state == "running":
-                where, args, order = "state = 1 AND id > %s", [c[0] if c else ""], "id"
+                where, args = "okey = %s AND seq > %s", [key, c[0] if c else -1]
             else:
-                where, args, order = "state = 2 AND seq > %s", [c[0] if c else -1], "seq"
-            sql = s(f"{_JOB} WHERE {where} ORDER BY {order} LIMIT %s")
-            rows = await _rows(conn, sql, [*args, budget])
-            at = 0 if order == "id" else 9
-            found = [(_job(r, t, shift), [r[at]]) for r in rows]
-            return Backend.cut_page(found, keep, limit, len(rows) == budget, tag)
+                where, args = "state = 2 AND seq > %s", [c[0] if c else -1]
+            sql = s(f"{_JOB} WHERE {where} ORDER BY seq LIMIT %s")
+            # Every blocked job read is kept unless a queue narrows the page (a key's
+            # read has every state): a page and one more row then do.
+            wants = budget if key is not None or queue is not None else limit + 1
+            rows = await _rows(conn, sql, [*args, wants])
+            found = [(_job(r, t, shift), [r[9]]) for r in rows]
+            return Backend.cut_page(found, keep, limit, len(rows) == wants, tag)
         names = [queue] if queue is not None else [
             r[0] for r in await _rows(conn, s("SELECT name FROM {s}.queues ORDER BY name"), ())
         ]  # fmt: skip

@@ -23,7 +23,7 @@ from ._postgres_cycle import ADVANCE, CYCLE, HEARTBEAT
 __all__ = ["MIGRATIONS", "SCHEMA", "VERSION"]
 
 #: The schema version this release creates and expects.
-VERSION = 14
+VERSION = 15
 
 # The jobs table is a queue: rows are inserted, updated twice and deleted within
 # seconds. Autovacuum's defaults (vacuum after 20% of the table is dead) let
@@ -246,6 +246,26 @@ BEGIN
 END $$;
 """
 
+# Version 15: an operator's pages of dead and done jobs seek an index in their
+# listing's order, (died, id) and (expires, id): every dead or done job sharing
+# the cursor's time (a turn's outcomes share one) was read and sorted again on
+# each page. (Running jobs get no index of their own: every claim would write it;
+# their page reads jobs_lease, see _postgres_admin.)
+# The indexes are built in the migration's transaction: CREATE INDEX CONCURRENTLY
+# cannot run in one; run after it, the version would be stamped before its indexes
+# exist, and a build that failed would leave an invalid index IF NOT EXISTS keeps.
+# A plain build keeps writers of its table waiting while it reads the table (a few
+# seconds for millions of kept results), so, as for every migration that alters a
+# table, an attempt does not begin while an old transaction holds it (see
+# _postgres_schema). The replaced indexes are dropped last: the ACCESS EXCLUSIVE
+# lock of a drop (readers wait too) is then held only until the commit.
+_LISTINGS = """
+CREATE INDEX IF NOT EXISTS dead_died_id ON {s}.dead (died, id);
+CREATE INDEX IF NOT EXISTS results_expires_id ON {s}.results (expires, id);
+DROP INDEX IF EXISTS {s}.dead_died;
+DROP INDEX IF EXISTS {s}.results_expires;
+"""
+
 #: The current schema: tables, indexes and the step functions.
 SCHEMA = f"""
 CREATE TABLE {{s}}.jobs (
@@ -269,12 +289,12 @@ CREATE TABLE {{s}}.results (
     id text PRIMARY KEY, result text, expires float8 NOT NULL,
     queue text, okey text, payload text  -- what the done job was (version 5)
 ) {_CHURN};
-CREATE INDEX results_expires ON {{s}}.results (expires);
+CREATE INDEX results_expires_id ON {{s}}.results (expires, id);
 CREATE TABLE {{s}}.dead (
     id text PRIMARY KEY, queue text NOT NULL, payload text NOT NULL, reason text NOT NULL,
     traceback text NOT NULL, died float8 NOT NULL, okey text
 );
-CREATE INDEX dead_died ON {{s}}.dead (died);
+CREATE INDEX dead_died_id ON {{s}}.dead (died, id);
 CREATE TABLE {{s}}.uniques (key text PRIMARY KEY, expires float8 NOT NULL) {_CHURN};
 CREATE INDEX uniques_expires ON {{s}}.uniques (expires);
 CREATE TABLE {{s}}.workers (id text PRIMARY KEY, info text NOT NULL, expires float8 NOT NULL);
@@ -326,4 +346,5 @@ MIGRATIONS: dict[int, str] = {
     # Version 14: outcomes and heartbeats are answered claim by claim (a call may name
     # a job twice), and a death without a payload keeps the one the job was claimed with.
     13: CYCLE + HEARTBEAT,
+    14: _LISTINGS,  # version 15: pages of dead and done jobs seek (time, id)
 }

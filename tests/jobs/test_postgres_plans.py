@@ -298,3 +298,106 @@ async def test_many_jobs_are_read_by_their_ids_not_with_the_table(
     store.plans.clear()
     assert {s.state for s in await store.statuses(ids, time.time())} == {"queued"}
     assert work(store.plans) < 20 * len(ids), store.plans
+
+
+PAGE = 50  # jobs on an operator's page
+
+
+async def claim_all(store: Explained, queue: str, n: int) -> None:
+    """Other workers claim ``n`` jobs of ``queue``, 1,000 a turn."""
+    for _ in range(n // 1000):
+        await store.cycle([], [queue], 1000, "others", 600.0, time.time())
+
+
+# A scan of a table's rows (a bitmap index scan only finds those its heap scan reads).
+_SCAN = re.compile(r"^\s*(?:->\s*)?(?:Seq|Index|Index Only|Bitmap Heap) Scan (?:using \S+ )?on ")
+
+
+def read(plans: list[str]) -> int:
+    """Rows the scans of tables in ``plans`` read: those they produced and those their
+    filters dropped, over all of their loops."""
+    total, scan, loops = 0, False, 1
+    for plan in plans:
+        for line in plan.splitlines():
+            if node := _NODE.search(line):
+                scan, loops = bool(_SCAN.search(line)), int(node[2])
+                total += round(float(node[1]) * loops) if scan else 0
+            elif (removed := _REMOVED.search(line)) and scan:
+                total += int(removed[1]) * loops
+    return total
+
+
+RUNS = 2_000  # running jobs: at most the workers' concurrency
+
+
+@pytest.mark.parametrize("analyzed", ["while empty", "before the claims", "while they run"])
+async def test_a_page_of_running_jobs_reads_the_running_ones_not_the_backlog(
+    postgres_dsn: str, postgres_schema: str, explained: Callable[..., Explained], analyzed: str
+) -> None:
+    """A page of running jobs reads every running job (at most the workers'
+    concurrency) through ``jobs_lease`` and sorts them by id: no index is in that
+    order, as every claim and finish would write it. It never reads the queued
+    jobs: with statistics that saw most jobs running, ``ORDER BY id LIMIT`` read the
+    primary key and dropped every queued job before a running one (a backlog of
+    20,000 that came after, its ids first: 20,500 rows for page 1)."""
+    store = explained()
+    await store.migrate()
+    if analyzed == "while empty":
+        analyze(postgres_dsn, postgres_schema)
+    await store.push([Envelope(f"run{j:05d}", "q", "{}") for j in range(RUNS)], 0.0)
+    if analyzed == "before the claims":
+        analyze(postgres_dsn, postgres_schema)
+    await claim_all(store, "q", RUNS)
+    if analyzed == "while they run":
+        analyze(postgres_dsn, postgres_schema)
+    for i in range(0, N, 1000):
+        await store.push([Envelope(f"back{j:05d}", "b", "{}") for j in range(i, i + 1000)], 0.0)
+    after = None
+    for page in range(4):
+        store.plans.clear()
+        queue = "q" if page == 3 else None  # and a page of one queue, from its start
+        jobs, after = await store.list_jobs(
+            "running", time.time(), queue=queue, after=None if queue else after, limit=PAGE
+        )
+        first = 0 if queue else page * PAGE
+        assert [j.id for j in jobs] == [f"run{i:05d}" for i in range(first, first + PAGE)]
+        assert {j.state for j in jobs} == {"running"} and after is not None
+        assert read(store.plans) <= RUNS + 10, (page, store.plans)
+        # Each running job passes a few nodes (index, heap, CTE, sort): no backlog.
+        assert work(store.plans) < 4 * RUNS, (page, store.plans)
+    # The queue is filtered as the jobs are read: a page has them all, or is the last.
+    assert await store.list_jobs("running", time.time(), queue="b") == ([], None)
+
+
+async def test_pages_of_dead_and_done_jobs_that_share_a_time_read_a_page(
+    postgres_dsn: str, postgres_schema: str, explained: Callable[..., Explained]
+) -> None:
+    """A turn's outcomes share one time: the jobs that die in it one ``died``, its done
+    jobs one ``expires``. Indexed by that time alone, every page read all of them and
+    sorted them by id (10,000 dead and 10,000 done jobs of one turn: every page read
+    each of them), where the cursor's ``(time, id)`` is an index seek now."""
+    store = explained()
+    for i in range(0, N, 1000):
+        await store.push([Envelope(f"job{j:05d}", "q", "{}") for j in range(i, i + 1000)], 0.0)
+    mine = await store.cycle([], ["q"], N, "w", 600.0, time.time())
+    assert len(mine) == N
+    ends = [
+        Outcome(c.id, "done", result="null", keep=3600.0, token=c.token)
+        if int(c.id[3:]) % 2
+        else Outcome(c.id, "dead", reason="boom", traceback="", token=c.token)
+        for c in mine
+    ]
+    await store.cycle(ends, ["q"], 0, "w", 600.0, time.time())  # one turn: one time
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        for table, column in (("dead", "died"), ("results", "expires")):
+            conn.execute(f'ANALYZE "{postgres_schema}".{table}')
+            times = f'SELECT count(*), count(DISTINCT {column}) FROM "{postgres_schema}".{table}'
+            assert conn.execute(times).fetchone() == (N // 2, 1)
+    for state, odd in (("dead", 0), ("done", 1)):
+        after = None
+        for page in range(3):
+            store.plans.clear()
+            found, after = await store.list_jobs(state, time.time(), after=after, limit=PAGE)
+            first = N - 2 + odd - 2 * PAGE * page  # newest first: by id, descending
+            assert [j.id for j in found] == [f"job{first - 2 * k:05d}" for k in range(PAGE)]
+            assert work(store.plans) < 10 * PAGE, (state, page, store.plans)
