@@ -171,6 +171,7 @@ async def test_a_lost_lease_is_logged_once_and_the_job_let_go(
     runs: list[str] = []
     a_may_finish = asyncio.Event()
 
+    b_may_finish = asyncio.Event()  # B's run goes on until the checks are done
     cancelled: list[str] = []
 
     @queue.job
@@ -183,12 +184,20 @@ async def test_a_lost_lease_is_logged_once_and_the_job_let_go(
                 cancelled.append("A")  # stopped: it must not go on beside B's run
                 raise
             return "A"
-        await asyncio.sleep(1.0)
+        await b_may_finish.wait()
         return "B"
 
     handle = await job.enqueue()
     a = fast_worker(queue, lease=0.3, heartbeat=0.05, concurrency=1)
     resume_a = silence(a)
+    beats = [0]  # A's heartbeats since they came back
+    silenced = a._beat
+
+    async def counted() -> None:
+        await silenced()
+        beats[0] += resume_a.is_set()
+
+    a._beat = counted  # type: ignore[method-assign]
     a_task = asyncio.create_task(a.run())
     while not runs:
         await asyncio.sleep(0.01)
@@ -197,7 +206,10 @@ async def test_a_lost_lease_is_logged_once_and_the_job_let_go(
     while len(runs) < 2:
         await asyncio.sleep(0.01)
     resume_a.set()  # A's heartbeats reach the store again: refused
-    await asyncio.sleep(0.3)  # several heartbeats
+    deadline = time.monotonic() + 10
+    while beats[0] < 4 or not cancelled:  # several heartbeats, however slow the machine
+        assert time.monotonic() < deadline, (beats, cancelled)
+        await asyncio.sleep(0.01)
     lines = lost_lines(caplog)
     assert len(lines) == 1, lines
     line = lines[0]
@@ -208,6 +220,7 @@ async def test_a_lost_lease_is_logged_once_and_the_job_let_go(
     a_may_finish.set()  # A's run ends: its outcome is dropped, not even sent
     await asyncio.sleep(0.2)
     assert (await handle.status()).state == "running"
+    b_may_finish.set()
     assert await handle.result(timeout=5) == "B"
     for worker, task in ((a, a_task), (b, b_task)):
         worker.stop()
@@ -264,12 +277,12 @@ async def test_a_run_whose_lease_ran_out_before_it_began_never_begins(
     def begin_then_pause(job: Any, claim: Any) -> None:
         begin(job, claim)
         time.sleep(0.3)  # SIGSTOP here: the task exists, its first step has not run
+        # Stopped once paused, however long the claim took: a stop that came first
+        # (a fixed sleep, on a busy machine) left no claim to lose.
+        a.stop()
 
     a._begin = begin_then_pause  # type: ignore[method-assign]
-    a_task = asyncio.create_task(a.run())
-    await asyncio.sleep(0.1)
-    a.stop()
-    await a_task
+    await asyncio.wait_for(a.run(), 30)
     assert runs == []  # A never ran it: its lease had run out before the run began
     (line,) = lost_lines(caplog)
     assert f"lost job {first.id} (" in line and "its lease ran out before its run began" in line
