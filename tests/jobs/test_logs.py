@@ -325,7 +325,12 @@ async def test_failing_heartbeats_log_one_line_not_a_traceback_each(
     worker = fast_worker(declared(Queue(store)), lease=0.3, poll_interval=0.01)
     with caplog.at_level(logging.INFO, "batchy.jobs"):
         task = asyncio.create_task(worker.run())
-        await asyncio.sleep(0.6)
+        # Until a heartbeat went through after the failed ones (0.6 s or so; a fixed
+        # wait that long stopped the worker first on a busy machine).
+        deadline = time.monotonic() + 10
+        while not any("store back" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, (store.beats, caplog.text)
+            await asyncio.sleep(0.01)
         worker.stop()
         await task
     assert store.beats >= 5
