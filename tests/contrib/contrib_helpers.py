@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
 from typing import Any
 
 from pg_statements import StatementCounter
@@ -50,6 +52,43 @@ async def statements(db: Any) -> int:
         assert db.host.endswith(f":{pg_counter().port}"), f"{db.host} is not behind the proxy"
         return pg_counter().count
     return int(db.trace.count)
+
+
+async def running(url: str, session: int, marker: str) -> None:
+    """Waits (up to 10 s) until ``session`` of the server at ``url`` (a MySQL connection
+    id, a PostgreSQL backend pid) runs a statement that contains ``marker``.
+
+    Killed or cancelled before it began, a statement runs to its end: a fixed sleep
+    before the kill lost that race on a busy machine.
+    """
+    if url.startswith("mysql"):
+        admin: Any = await mysql.connect(url, minsize=1, maxsize=1)
+        query = (
+            "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST "
+            "WHERE ID = %s AND INFO LIKE %s"
+        )
+    else:
+        admin = await postgres.connect(url, max_size=1)
+        query = (
+            "SELECT count(*) AS n FROM pg_stat_activity "
+            "WHERE pid = %s AND state = 'active' AND query LIKE %s"
+        )
+    deadline = time.monotonic() + 10
+    try:
+        while not (await admin.fetch(query, (session, f"%{marker}%")))[0]["n"]:
+            assert time.monotonic() < deadline, f"session {session} never ran {marker!r}"
+            await asyncio.sleep(0.01)
+    finally:
+        await admin.close()
+
+
+async def traced(trace: Statements, marker: str) -> None:
+    """Waits (up to 10 s) until SQLite began a statement that contains ``marker``
+    (its trace callback runs as a statement begins: ``interrupt()`` reaches it)."""
+    deadline = time.monotonic() + 10
+    while not any(marker in statement for statement in trace.seen):
+        assert time.monotonic() < deadline, f"SQLite never began {marker!r}"
+        await asyncio.sleep(0.01)
 
 
 def closed_port() -> int:

@@ -9,7 +9,7 @@ from typing import Any
 
 import aiomysql
 import pytest
-from contrib_helpers import closed_port
+from contrib_helpers import closed_port, running
 
 import batchy
 from batchy.testing import record
@@ -141,9 +141,9 @@ async def test_server_lost_mid_query_fails_fast_and_the_pool_heals(mysql_url: st
         async with batchy.scope():
             return await slow(1)
 
-    started = time.monotonic()
     task = asyncio.ensure_future(load())
-    await asyncio.sleep(0.3)
+    await running(mysql_url, conn_id, "SLEEP(5)")
+    started = time.monotonic()
     await kill(mysql_url, conn_id)
     with pytest.raises(DataSourceError) as info:
         await task

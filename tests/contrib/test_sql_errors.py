@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from contrib_helpers import Statements, closed_port
+from contrib_helpers import Statements, closed_port, running, traced
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -64,9 +64,9 @@ async def test_kill_query_is_an_interruption_and_keeps_the_connection(mysql_url:
     await make_items(db)
     conn_id = await connection_id(db)
     slow = db.query("SELECT id, SLEEP(5) AS z FROM items WHERE id IN {keys}", key="id", name="slow")
-    started = time.monotonic()
     task = asyncio.ensure_future(load(slow, 1))
-    await asyncio.sleep(0.3)
+    await running(mysql_url, conn_id, "SLEEP(5)")
+    started = time.monotonic()
     admin = await mysql.connect(mysql_url, minsize=1, maxsize=1)
     await admin.execute(f"KILL QUERY {conn_id}")
     await admin.close()
@@ -139,7 +139,7 @@ async def test_an_sqlite_statement_waiting_for_a_worker_says_it_was_never_sent(
     writer.execute("BEGIN EXCLUSIVE")
     # The one worker thread waits for the writer's lock: the loader's statement queues.
     insert = asyncio.ensure_future(db.execute("INSERT INTO items VALUES (3, 'three')"))
-    await asyncio.sleep(0.1)
+    await traced(db.trace, "INSERT INTO items VALUES (3")  # the thread is in it
     seen = db.trace.count
     with pytest.raises(QueryInterruptedError) as info:
         await load(db.one("items"), 1)
@@ -273,7 +273,8 @@ def test_every_error_is_a_data_source_error() -> None:
 
 
 async def test_an_sqlite_statement_interrupted_by_someone_else(tmp_path: Path) -> None:
-    db = sqlite.Database(str(tmp_path / "slow.db"), threads=1)
+    trace = Statements()
+    db = sqlite.Database(str(tmp_path / "slow.db"), threads=1, trace=trace)
     await make_items(db)
     slow = db.query(
         "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 50000000)"
@@ -282,7 +283,7 @@ async def test_an_sqlite_statement_interrupted_by_someone_else(tmp_path: Path) -
         name="slow",
     )
     task = asyncio.ensure_future(load(slow, 1))
-    await asyncio.sleep(0.3)
+    await traced(trace, "WITH RECURSIVE")
     for conn in db._conns:  # another part of the program stops it
         conn.interrupt()
     with pytest.raises(QueryInterruptedError) as info:
@@ -341,9 +342,9 @@ async def test_pg_cancel_backend_is_an_interruption_and_keeps_the_connection(
     slow = db.query(
         "SELECT id, pg_sleep(5) AS z FROM items WHERE id IN {keys}", key="id", name="slow"
     )
-    started = time.monotonic()
     task = asyncio.ensure_future(load(slow, 1))
-    await asyncio.sleep(0.3)
+    await running(postgres_url, pid, "pg_sleep(5)")
+    started = time.monotonic()
     await admin(postgres_url, f"SELECT pg_cancel_backend({pid})")
     with pytest.raises(QueryInterruptedError) as info:
         await task
@@ -378,7 +379,7 @@ async def test_a_terminated_connection_is_lost_and_discarded(postgres_url: str) 
         "SELECT id, pg_sleep(5) AS z FROM items WHERE id IN {keys}", key="id", name="slow"
     )
     task = asyncio.ensure_future(load(slow, 1))
-    await asyncio.sleep(0.3)
+    await running(postgres_url, pid, "pg_sleep(5)")
     await admin(postgres_url, f"SELECT pg_terminate_backend({pid})")
     with pytest.raises(ConnectionLostError) as info:
         await task
