@@ -309,6 +309,31 @@ def test_three_workers_on_one_store_run_each_job_once(app: App) -> None:
     assert len({pid for _, pid in done}) >= 2
 
 
+def stop_outside_a_write(app: App, proc: subprocess.Popen[str]) -> None:
+    """SIGSTOP ``proc``, at a moment it holds no SQLite write transaction.
+
+    A process stopped inside one holds the file, and no other process writes
+    until it goes on (the store then gives back the leases the hold cost: see
+    test_sqlite_hold); a test of what happens while it is stopped would wait for
+    ever. Its turns and heartbeats take milliseconds, so a retry soon finds a gap.
+    """
+    for _ in range(100):
+        proc.send_signal(signal.SIGSTOP)
+        if not app.store.endswith(".db"):
+            return
+        db = sqlite3.connect(app.store, timeout=0)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.rollback()
+            return
+        except sqlite3.OperationalError:  # database is locked: by the stopped process
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
+        finally:
+            db.close()
+    raise AssertionError(f"worker {proc.pid} held the SQLite file at 100 tries to stop it")
+
+
 def test_a_paused_worker_has_no_say_when_it_resumes(app: App) -> None:
     """SIGSTOP a worker past its lease mid-job, SIGCONT it while the job's new holder
     still runs it: the paused worker's outcome is refused (before fencing it was
@@ -317,7 +342,7 @@ def test_a_paused_worker_has_no_say_when_it_resumes(app: App) -> None:
     enqueue(app, "slow", '"k2"', "0.1", "--key", "k")
     paused = app.worker("--lease", "0.8", "--heartbeat", "0.2")
     app.wait_for("start")
-    paused.send_signal(signal.SIGSTOP)
+    stop_outside_a_write(app, paused)
     try:
         holder = app.worker("--lease", "0.8", "--heartbeat", "0.2")
         starts = app.wait_for("start", 2)  # the lease ran out: the holder runs k1 again
