@@ -168,12 +168,11 @@ class PostgresOperating:
         limit: int = 50,
     ) -> tuple[list[StoredJob], str | None]:
         pool = await self.pool()
-        if state == "running" and key is None:
-            async with indexed(pool) as conn:  # see _running
-                (t,) = (await _rows(conn, self.names.sql("SELECT {s}.clock()"), ()))[0]
-                return await self._running(conn, t, now - t, queue, after, limit)
-        async with pool.connection() as conn:
+        running = state == "running" and key is None
+        async with indexed(pool) if running else pool.connection() as conn:  # see _running
             (t,) = (await _rows(conn, self.names.sql("SELECT {s}.clock()"), ()))[0]
+            if running:
+                return await self._running(conn, t, now - t, queue, after, limit)
             return await self._list(conn, state, t, now - t, queue, key, after, limit)
 
     async def _running(
