@@ -155,7 +155,9 @@ async def test_batching_shows_what_the_loaders_saw(
     assert calls["users_by_id"] <= 2  # 43 jobs' loads, in one call (or two across a minute)
     assert sum(v for _, v in drawn(page.text, "batching", "calls")) == sum(calls.values())
     values = line_values(page.text, "rounds", "rounds per job")
-    assert len(values) == 60 and values[-1] != ""  # jobs ran this minute
+    # Jobs ran this minute, or the last one when the page was read a minute on
+    # (clean-clone CI once seeded at :59 and read at :00).
+    assert len(values) == 60 and (values[-1] != "" or values[-2] != "")
     assert '<tr data-type="send_welcome">' in page.text
 
 
