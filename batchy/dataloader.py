@@ -97,6 +97,40 @@ class InvalidStateError(UsageError, asyncio.InvalidStateError):
     """A load was resolved twice, or read before it was done (an ``asyncio.InvalidStateError``)."""
 
 
+_STOP = "StopIteration interacts badly with generators and cannot be raised into a Future"
+
+
+@functools.cache
+def _asyncio_wraps_stop_iteration() -> bool:
+    """Whether this Python's asyncio sets a StopIteration as a RuntimeError (3.13+; before,
+    it raised TypeError). Asked of asyncio itself: its C and Python futures agree, and a
+    patch release could change it."""
+    loop = asyncio.new_event_loop()
+    try:
+        probe = loop.create_future()
+        try:
+            probe.set_exception(StopIteration())
+        except TypeError:
+            return False
+        probe.exception()  # read, so its collection logs nothing
+        return True
+    finally:
+        loop.close()
+
+
+def _stop_iteration(error: StopIteration) -> BaseException:
+    """What a load is failed with, given a StopIteration: asyncio's answer, either way.
+
+    A StopIteration raised into a generator handler would end it as if it returned."""
+    if _asyncio_wraps_stop_iteration():
+        wrapped = RuntimeError(_STOP)
+        wrapped.__cause__ = wrapped.__context__ = error
+        return wrapped
+    if type(error) is StopIteration:
+        raise TypeError(_STOP)
+    return error  # a subclass: asyncio lets it through before 3.13
+
+
 _log = logging.getLogger("batchy")
 _new = object.__new__
 
@@ -256,17 +290,16 @@ class LoadFuture(Future[V]):
     def set_exception(self, exception: BaseException | type[BaseException]) -> None:
         """Fail this load from outside; the batch then skips it.
 
-        An exception class is instantiated; ``StopIteration`` is refused with a
-        ``TypeError``, as asyncio does. Raises :class:`InvalidStateError` if the
-        load is already done.
+        An exception class is instantiated. A ``StopIteration`` is handled as this
+        Python's asyncio handles it: refused with a ``TypeError`` (3.11, 3.12), or
+        set as a ``RuntimeError`` caused by it (3.13+). Raises
+        :class:`InvalidStateError` if the load is already done.
         """
         if self._state != _PENDING:
             raise self._invalid("set_exception()")
         error = exception() if isinstance(exception, type) else exception
-        if type(error) is StopIteration:
-            raise TypeError(
-                "StopIteration interacts badly with generators and cannot be raised into a Future"
-            )
+        if isinstance(error, StopIteration):
+            error = _stop_iteration(error)
         self._detach()
         self._set_exception(error)
 

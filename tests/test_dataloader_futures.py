@@ -351,7 +351,8 @@ def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
 def _observe(fut: Any) -> list[Any]:
     exc = _outcome(fut.exception)
     if exc[0] == "value" and exc[1] is not None:
-        exc = ("value", (type(exc[1]).__name__, exc[1].args))
+        error = exc[1]
+        exc = ("value", (type(error).__name__, error.args, type(error.__cause__).__name__))
     return [fut.done(), fut.cancelled(), _outcome(fut.result), exc]
 
 
@@ -382,6 +383,14 @@ def _set_stop_iteration(fut: Any) -> list[Any]:
     return [_outcome(lambda: fut.set_exception(StopIteration())), fut.done()]
 
 
+class _StopSubclass(StopIteration):
+    pass
+
+
+def _set_stop_iteration_subclass(fut: Any) -> list[Any]:
+    return [_outcome(lambda: fut.set_exception(_StopSubclass())), fut.done()]
+
+
 def _nothing(fut: Any) -> list[Any]:
     return []
 
@@ -396,6 +405,7 @@ def _nothing(fut: Any) -> list[Any]:
         _set_exception_instance,
         _set_exception_class,
         _set_stop_iteration,
+        _set_stop_iteration_subclass,
     ],
 )
 async def test_load_reads_like_an_asyncio_future(act: Callable[[Any], list[Any]]) -> None:
