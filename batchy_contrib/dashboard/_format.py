@@ -79,6 +79,11 @@ def pretty(value: Any) -> str:
     ``surrogateescape``) is shown as its escape, and a value nested too deep to
     encode as its outer levels, not a failed page.
     """
+    if _deeper_than(value, _PRETTY_LEVELS):
+        # Indented JSON writes every level's indent on each of its lines: a payload
+        # 4,000 levels deep is 8 MB of page (Python 3.13's encoder goes that deep;
+        # before, it stopped at the recursion limit). Its outer levels are enough.
+        return _BOUNDED.repr(value).encode("utf-8", "backslashreplace").decode("utf-8")
     try:
         text = json.dumps(value, default=repr, ensure_ascii=False)
         if len(text) > 60:
@@ -88,6 +93,29 @@ def pretty(value: Any) -> str:
         # outer levels, not a 500: repr would recurse as deep.
         text = _BOUNDED.repr(value)
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+_PRETTY_LEVELS = 100  # deeper values are shown by _BOUNDED, as its first 20 levels
+
+
+def _deeper_than(value: Any, levels: int) -> bool:
+    """Whether lists, tuples and dicts in ``value`` nest more than ``levels`` deep.
+
+    Level by level, without recursion, and no further than ``levels`` (a value that
+    holds itself is deeper than any). A payload is a tree (it was JSON), so this
+    reads each part once; past a million parts it stops and answers no."""
+    nests = (dict, list, tuple)
+    level, budget = ([value] if isinstance(value, nests) else []), 1_000_000
+    for _ in range(levels):
+        inner: list[Any] = []
+        for part in level:
+            parts = part.values() if isinstance(part, dict) else part
+            budget -= len(parts)
+            inner += [p for p in parts if isinstance(p, nests)]
+        if not inner or budget < 0:
+            return False
+        level = inner
+    return True
 
 
 def clip(text: str | None, limit: int = 500) -> str:

@@ -63,6 +63,17 @@ def test_hostile_arguments_cost_a_listing_little_and_never_fail_a_page() -> None
         deep = [deep]
     assert args(deep, limit=10) == "[[[[[[[[[…"
     assert pretty(deep).startswith("[[[[[[[[[[") and len(pretty(deep)) < 200
+    # Deep, but within what the encoder goes to (Python 3.13's encoder goes far
+    # deeper than 3.11's): indented, each level's line repeats every indent above.
+    for depth in (101, 900):
+        nested: list[object] = []
+        for _ in range(depth):
+            nested = [nested]
+        assert pretty(nested).startswith("[[[[[[[[[[") and len(pretty(nested)) < 200
+    shallow: list[object] = [1]
+    for _ in range(99):
+        shallow = [shallow]
+    assert pretty(shallow).startswith("[\n  [\n")  # up to 100 levels: JSON, indented
     # Huge: a listing encodes no more than it shows.
     huge = [{"blob": "x" * 1000}] * 100_000
     started = time.perf_counter()
