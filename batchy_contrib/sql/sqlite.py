@@ -20,6 +20,7 @@ hold its worker for the rest of its run.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import decimal
 import sqlite3
 import threading
@@ -64,6 +65,23 @@ _BINDS = (int, float, str, bytes, bytearray, memoryview)
 _ACCEPTED = "None, int, float, str or bytes (or a type given sqlite3.register_adapter)"
 #: Primary result codes (sqlite3 error's sqlite_errorcode & 0xFF) and what they mean.
 _KINDS: dict[int, Kind] = {5: "busy", 6: "busy", 9: "killed", 14: "cantopen", 26: "notadb"}
+
+
+# Python 3.12 deprecated sqlite3's own date and datetime adapters (a
+# DeprecationWarning for each value bound, and a later release drops them). A
+# date is bound as the text they wrote, so a column of such text keeps matching
+# on every Python; an adapter the application registered itself still decides.
+_DATES = {datetime.date, datetime.datetime}
+
+
+def _date_text(value: Any) -> Any:
+    kind = type(value)
+    if kind not in _DATES:
+        return value
+    adapter = sqlite3.adapters.get((kind, sqlite3.PrepareProtocol))
+    if adapter is not None and getattr(adapter, "__module__", None) != "sqlite3.dbapi2":
+        return value  # the application's own
+    return value.isoformat(" ") if kind is datetime.datetime else value.isoformat()
 
 
 class _Job:
@@ -173,6 +191,8 @@ class Database(SQLDatabase):
                 return [], 0
             job.conn = conn
             job.started = True
+        if not _DATES.isdisjoint(map(type, params)):
+            params = [_date_text(p) for p in params]
         try:
             try:
                 cur = conn.execute(sql, params)
@@ -212,7 +232,7 @@ class Database(SQLDatabase):
             raise KeysRejected({i % len(params): e for i, e in rejected.bad.items()}) from None
 
     def _bind_problem(self, key: Any) -> str | None:
-        if key is None or isinstance(key, _BINDS):
+        if key is None or isinstance(key, _BINDS) or type(key) in _DATES:
             return None
         if (type(key), sqlite3.PrepareProtocol) in sqlite3.adapters:
             return None

@@ -94,6 +94,38 @@ async def test_a_decimal_key_fails_alone_on_sqlite(sqlite_db: sqlite.Database) -
     )
 
 
+async def test_date_keys_on_sqlite_are_the_text_sqlite3_wrote_without_its_deprecated_adapters(
+    sqlite_db: sqlite.Database,
+) -> None:
+    # Python 3.12 deprecated sqlite3's default date adapters: each bound value warned.
+    import datetime as dt
+    import sqlite3
+
+    await sqlite_db.execute("CREATE TABLE stamps (at TEXT PRIMARY KEY, what TEXT)")
+    rows = [("2020-01-02 03:04:05", "datetime"), ("2020-01-02", "date")]
+    await sqlite_db.executemany("INSERT INTO stamps VALUES (?, ?)", rows)
+    stamps = sqlite_db.one("stamps", key="at")
+    keys = [dt.datetime(2020, 1, 2, 3, 4, 5), dt.date(2020, 1, 2), "2020-01-02"]
+    before = await statements(sqlite_db)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = await load_all(stamps, keys)
+    assert [r["what"] for r in found] == ["datetime", "date", "date"]
+    assert await statements(sqlite_db) - before == 1
+    # An adapter the application registered still decides how its dates are bound.
+    previous = sqlite3.adapters.get((dt.date, sqlite3.PrepareProtocol))
+    sqlite3.register_adapter(dt.date, lambda d: d.strftime("%Y-%m-%d") + " (app)")
+    try:
+        await sqlite_db.execute("INSERT INTO stamps VALUES ('2021-05-06 (app)', 'app')")
+        found = await load_all(sqlite_db.one("stamps", key="at"), [dt.date(2021, 5, 6)])
+        assert found == [{"at": "2021-05-06 (app)", "what": "app"}]
+    finally:
+        if previous is None:
+            del sqlite3.adapters[(dt.date, sqlite3.PrepareProtocol)]
+        else:
+            sqlite3.adapters[(dt.date, sqlite3.PrepareProtocol)] = previous
+
+
 async def test_a_decimal_key_is_a_number_on_mysql(mysql_db: mysql.Database) -> None:
     await make_people(mysql_db)
     assert await load_all(mysql_db.one("people"), [decimal.Decimal("2")]) == [
