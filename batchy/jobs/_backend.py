@@ -15,8 +15,10 @@ every backend:
 - Text no job can have (a NUL character, a lone surrogate; an empty ordering or
   unique key) is refused alike by every store, before it is asked: ``push``
   raises :class:`TextError`, and so do look-ups and actions; an outcome, a
-  heartbeat or a progress save for such an id is refused as if its claim ended
-  (:mod:`batchy.jobs._checked` wraps every subclass's entry points).
+  heartbeat or a progress save for such an id is refused as if its claim ended,
+  and a worker id or a progress save's payload with it raises :class:`TextError`
+  (:mod:`batchy.jobs._checked` wraps every subclass's entry points); a retry's
+  or a death's payload with it keeps the payload the job was claimed with.
 - ``cycle`` applies outcomes, then claims up to ``limit`` ready jobs from
   ``queues`` in the order given (the first queue is drained first), each claimed
   job leased to ``worker`` for ``lease`` seconds under a fresh *lease token*

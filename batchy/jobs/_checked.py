@@ -13,7 +13,10 @@ every store, batchy's or not, with :func:`check_entry_points`:
   filters, the dead set, sharded runs' names) raises :class:`TextError`;
 - a worker's round trip never fails for one job's values: an outcome, heartbeat
   or progress save for such an id (or token) is refused as any claim that does
-  not hold is (fencing), and the rest of the round trip lands.
+  not hold is (fencing), and the rest of the round trip lands;
+- what no store could write (a worker's id, a progress save's payload) raises
+  :class:`TextError`: SQLite and Redis took a NUL that PostgreSQL refused, and
+  the memory store kept what the others failed to encode.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from batchy import short_repr
 
+from ._errors import TextError
 from ._screen import check_lookup, text_problem
 
 __all__ = ["check_entry_points", "keepable"]
@@ -31,6 +35,11 @@ __all__ = ["check_entry_points", "keepable"]
 _FIX = "nothing was asked of the store; pass an id a job has (enqueue's handle.id)"
 _FILTER = "take it out of the filter"
 _NAMES = "nothing was asked of the store; name jobs and runs with text a job id can hold"
+_WORKER = "name workers with text a job id can hold"
+_PAYLOAD = (
+    "save a payload without them: have the serializer escape them (json.dumps does, "
+    "unless ensure_ascii=False), or return a cursor without them"
+)
 # What an entry point is handed: its position (None: keyword only) and name, what
 # it is, whether a collection of them (or None: all), and what to do instead.
 _Arg = tuple[int | None, str, str, bool, str]
@@ -61,6 +70,17 @@ def keepable(text: object) -> bool:
     if type(text) is str and text.isascii():
         return "\x00" not in text
     return isinstance(text, str) and text_problem(text) is None
+
+
+def _refuse(store: object, call: str, what: str, text: object, fix: str) -> None:
+    """Raise :class:`TextError` if ``text`` is no str a store writes (checked: not keepable)."""
+    problem = text_problem(text) if isinstance(text, str) else None
+    if problem is None:
+        problem = f"is a {type(text).__name__}, not a str"
+    raise TextError(
+        f"{type(store).__name__}.{call}: the {what} {short_repr(text)} {problem}, so no "
+        f"store keeps it; nothing was asked of the store; {fix}"
+    )
 
 
 def check_entry_points(cls: type) -> None:
@@ -106,6 +126,9 @@ def _cycle(fn: Any) -> Any:
             if not keepable(queue):
                 where = f"{type(self).__name__}.cycle(queues=[..., {short_repr(queue)}])"
                 check_lookup(queue, "queue", where, "name the worker's queues as declared")
+        worker = rest[1] if len(rest) > 1 else named.get("worker", "")
+        if not keepable(worker):
+            _refuse(self, "cycle", "worker id", worker, _WORKER)
         if all(keepable(o.id) and keepable(o.token) for o in outcomes):
             return await fn(self, outcomes, queues, *rest, **named)
         kept = [o for o in outcomes if keepable(o.id) and keepable(o.token)]
@@ -119,6 +142,8 @@ def _cycle(fn: Any) -> Any:
 def _heartbeat(fn: Any) -> Any:
     async def heartbeat(self: Any, worker: Any, held: Sequence[tuple[str, str]], *rest: Any,
                         **named: Any) -> Any:  # fmt: skip
+        if not keepable(worker.id):
+            _refuse(self, "heartbeat", "worker id", worker.id, _WORKER)
         if all(keepable(i) and keepable(t) for i, t in held):
             return await fn(self, worker, held, *rest, **named)
         kept = [(i, t) for i, t in held if keepable(i) and keepable(t)]
@@ -132,6 +157,9 @@ def _save_progress(fn: Any) -> Any:
     async def save_progress(self: Any, job_id: str, token: str, *rest: Any, **named: Any) -> Any:
         if not (keepable(job_id) and keepable(token)):
             return False  # no claim has it: as for a lease that ended
+        payload = rest[0] if rest else named.get("payload")
+        if not keepable(payload):
+            _refuse(self, f"save_progress({short_repr(job_id)})", "payload", payload, _PAYLOAD)
         return await fn(self, job_id, token, *rest, **named)
 
     return save_progress

@@ -26,6 +26,10 @@ _KINDS = ("done", "retry", "dead", "release")
 QUEUE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
 #: The longest id, queue name or key (UTF-8 bytes) every store can index.
 MAX_TEXT = 1000
+_KEPT = (
+    "the store keeps the payload it was claimed with; have the serializer escape such "
+    "text, as json.dumps does unless ensure_ascii=False"
+)
 _FIELDS = {"id": "id", "queue": "queue name", "key": "ordering key", "unique": "unique key"}
 
 
@@ -40,6 +44,12 @@ def _screen(o: Outcome) -> Outcome:
             return _dead(o, f"its retry outcome had due={o.due!r}, not a finite Unix time")
         if not isinstance(o.payload, str):
             return _dead(o, f"its retry outcome had payload={o.payload!r}, not a string")
+        problem = text_problem(o.payload)
+        if problem is not None:
+            # (A serializer that writes text as it is, and an error's message with
+            # a file name's lone surrogate in it.) The claimed payload is kept.
+            bad = f"its retry payload {o.payload[:200]!r} {problem} ({_KEPT})"
+            return _dead(replace(o, payload=None), bad)
     elif o.kind == "done":
         if span_problem(o.keep) is not None:
             log.warning(
@@ -57,6 +67,11 @@ def _screen(o: Outcome) -> Outcome:
             )
             return replace(o, result=None)
     elif o.kind == "dead":
+        payload = o.payload
+        problem = None if payload is None else text_problem(payload)
+        if payload is not None and problem is not None:
+            log.warning("job %s: its dead payload %r %s; %s", o.id, payload[:200], problem, _KEPT)
+            o = replace(o, payload=None)
         # An exception's message is any text: one decoded with errors="surrogateescape"
         # (a file name) holds lone surrogates, which no store encodes; written out
         # as escapes, they still say what the text was.

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import batchy
 
 from . import _clock
-from ._errors import JobDefinitionError, LeaseLost, SerializationError
+from ._errors import JobDefinitionError, LeaseLost, SerializationError, TextError
 from ._guard import guard
 from ._job import JobType
 from ._model import Envelope, JobStatus, Message, encode
@@ -226,16 +226,22 @@ class ShardedJob:
                     "forever; return the last key it processed, or None when the shard is done"
                 )
             self._check_cursor(run, shard, after)
-            cursor = after
-            message.args[2] = cursor  # a retry resumes from here too
-            payload = encode(message, self.queue.serializer)
-            # In a task of its own: batchy steps handlers outside any asyncio task,
-            # and store clients (redis-py's timeouts) need one.
-            saved = await asyncio.ensure_future(
-                self.queue.backend.save_progress(
-                    message.id, running.token, payload, running.lease, _clock.now()
+            message.args[2] = after  # a retry resumes from here too
+            try:
+                payload = encode(message, self.queue.serializer)
+                # In a task of its own: batchy steps handlers outside any asyncio task,
+                # and store clients (redis-py's timeouts) need one.
+                saved = await asyncio.ensure_future(
+                    self.queue.backend.save_progress(
+                        message.id, running.token, payload, running.lease, _clock.now()
+                    )
                 )
-            )
+            except (SerializationError, TextError):
+                # A cursor no payload holds, or none a store keeps: the retry carries
+                # the last one saved (its own payload must be kept, and decoded).
+                message.args[2] = cursor
+                raise
+            cursor = after
             if not saved:
                 raise LeaseLost(
                     f"sharded job {self.name!r} run {run!r} shard {shard}: worker "

@@ -165,6 +165,46 @@ async def test_a_handler_that_does_not_advance_goes_dead_with_a_reason(queue: Qu
     assert "shard 0" in dead.reason
 
 
+class WritesTextAsItIs:
+    """JSON that writes text as it is (a lone surrogate too), not as escapes."""
+
+    def dumps(self, value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    def loads(self, data: str) -> Any:
+        return json.loads(data)
+
+
+async def test_a_cursor_no_store_keeps_fails_its_shard_only(backend: Backend) -> None:
+    # Memory saved the cursor; the other stores raised their own error (psycopg's,
+    # a UnicodeEncodeError), and the shard's retry carried the cursor too, which
+    # failed the worker's whole round trip on SQLite and PostgreSQL, on every try:
+    # the worker's other jobs never finished.
+    queue = Queue(backend, serializer=WritesTextAsItIs())
+
+    @queue.sharded(shards=1, name="files", retries=1, backoff=lambda done, error: 0.0)
+    async def files(shard: int, shards: int, cursor: str | None) -> str:
+        return "a.txt" if cursor is None else "b\udc80.txt"
+
+    @queue.job(name="other")
+    async def other() -> str:
+        return "fine"
+
+    await files.start("r")
+    handle = await other.enqueue()
+    await fast_worker(queue, burst=True).run()
+    assert (await handle.status()).state == "done"
+    (dead,) = await queue.dead_jobs()
+    assert dead.id == "files:r:0"
+    assert f"TextError: {type(backend).__name__}.save_progress('files:r:0'): the payload" in (
+        dead.reason
+    )
+    assert "'\\udc80' at position" in dead.reason
+    assert "(failed 2 time(s); retries=1 exhausted)" in dead.reason
+    # Resumed with `batchy dead retry`, it starts from the last cursor saved.
+    assert json.loads(dead.payload)["args"] == ["r", 0, "a.txt"]
+
+
 async def test_stores_remember_each_sharded_run_until_it_is_past_keeping(
     backend: Backend,
 ) -> None:

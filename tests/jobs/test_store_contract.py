@@ -254,3 +254,63 @@ async def test_a_workers_word_for_text_no_job_can_have_is_refused(
     claims = await backend.cycle(outcomes, ["a"], 0, "w", 30.0, now)
     assert claims.refused == [text]
     assert (await backend.status("job", now)).result == '"r"'
+
+
+@NO_JOBS_TEXT
+async def test_a_progress_save_of_text_no_store_keeps_gets_a_text_error(
+    backend: Backend, text: str
+) -> None:
+    # Memory saved it, SQLite and Redis saved a NUL, PostgreSQL raised psycopg's
+    # DataError for a NUL, and the others a UnicodeEncodeError for a lone surrogate.
+    now = time.time()
+    await backend.push([Envelope("job", "a", "p")], now)
+    (claim,) = await backend.cycle([], ["a"], 1, "w", 30.0, now)
+    with pytest.raises(TextError) as info:
+        await backend.save_progress("job", claim.token, f"p{text}", 30.0, now)
+    assert str(info.value).startswith(
+        f"{type(backend).__name__}.save_progress('job'): the payload {f'p{text}'!r} holds "
+    ), str(info.value)
+    assert "nothing was asked of the store; save a payload without them" in str(info.value)
+    record = await backend.job("job", now)
+    assert record is not None and record.payload == "p"
+    assert await backend.save_progress("job", claim.token, "p2", 30.0, now)
+
+
+@NO_JOBS_TEXT
+async def test_a_worker_id_no_store_keeps_gets_a_text_error(backend: Backend, text: str) -> None:
+    # SQLite and Redis kept a NUL that PostgreSQL refused (DataError); a lone
+    # surrogate failed all but memory with a UnicodeEncodeError.
+    now = time.time()
+    name = type(backend).__name__
+    with pytest.raises(TextError, match=rf"^{name}\.cycle: the worker id .* holds "):
+        await backend.cycle([], ["a"], 1, f"w{text}", 30.0, now)
+    info = WorkerInfo(f"w{text}", "host", 1, ("a",), 3)
+    with pytest.raises(TextError, match=rf"^{name}\.heartbeat: the worker id .* holds "):
+        await backend.heartbeat(info, [], 30.0, now)
+    assert (await backend.info(now)).workers == ()
+
+
+@NO_JOBS_TEXT
+async def test_an_outcomes_payload_no_store_keeps_fails_its_job_only(
+    backend: Backend, text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A serializer that writes text as it is (json.dumps(ensure_ascii=False)) put
+    # an error message's lone surrogate in the payload of a retry or a death:
+    # SQLite, Redis and PostgreSQL failed the worker's whole round trip with it,
+    # again on every try, so the worker's other jobs never finished either.
+    now = time.time()
+    await backend.push([Envelope(i, "a", f"p-{i}") for i in ("retried", "dead", "done")], now)
+    claims = {c.id: c.token for c in await backend.cycle([], ["a"], 3, "w", 30.0, now)}
+    outcomes = [
+        Outcome("retried", "retry", "a", f"p{text}", now + 60, token=claims["retried"]),
+        Outcome("dead", "dead", "a", f"p{text}", reason="boom", token=claims["dead"]),
+        Outcome("done", "done", "a", result='"r"', keep=60.0, token=claims["done"]),
+    ]
+    assert await backend.cycle(outcomes, ["a"], 0, "w", 30.0, now) == []
+    assert (await backend.status("done", now)).result == '"r"'
+    dead = {d.id: d for d in await backend.dead_jobs()}
+    assert {i: d.payload for i, d in dead.items()} == {"retried": "p-retried", "dead": "p-dead"}
+    assert dead["dead"].reason == "boom"
+    assert dead["retried"].reason.startswith(f"job retried: its retry payload {f'p{text}'!r} ")
+    assert "the store keeps the payload it was claimed with" in dead["retried"].reason
+    assert f"job dead: its dead payload {f'p{text}'!r} holds" in caplog.text
