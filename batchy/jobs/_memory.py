@@ -190,9 +190,10 @@ class MemoryBackend(Backend):
                 )
         elif outcome.kind == "dead":
             self._leave(self._jobs.pop(outcome.id, None))
+            # Without a queue or a payload of its own, it keeps the one it was claimed with.
             self._dead[outcome.id] = DeadJob(
                 outcome.id,
-                outcome.queue,
+                outcome.queue or job.queue,
                 job.payload if outcome.payload is None else outcome.payload,
                 outcome.reason,
                 outcome.traceback,

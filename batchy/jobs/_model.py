@@ -253,7 +253,7 @@ class Outcome:
     - ``done``: remove it; keep ``result`` (a payload string) for ``keep`` seconds.
     - ``retry``: run it again at ``due`` with the new ``payload``.
     - ``dead``: move it to the dead set with ``reason`` and ``traceback`` (and
-      ``payload``; ``None`` keeps the one it was claimed with).
+      ``payload``; ``None`` keeps the one it was claimed with; so does ``queue=''``).
     - ``release``: give it back to its queue now, unchanged (shutdown).
 
     ``token`` is the :attr:`Claimed.token` of the run it reports on; an outcome

@@ -269,22 +269,22 @@ class SQLiteBackend(KeptRecords, Backend):
             if o.kind == "dead":
                 row = db.execute(
                     "DELETE FROM jobs WHERE id = ? AND state = 1 AND token = ? "
-                    "RETURNING okey, payload",
+                    "RETURNING okey, payload, queue",
                     (o.id, o.token),
                 ).fetchone()
                 if row is None:
                     continue
                 left.append(row[0])
-                # Without a payload of its own, it keeps the one it was claimed with.
-                payload = row[1] if o.payload is None else o.payload
+                # Without a queue or a payload of its own, it keeps the one it was claimed with.
+                queue, payload = o.queue or row[2], row[1] if o.payload is None else o.payload
                 reason, trace = fit_death(
-                    limit, o.reason, o.traceback, o.id, o.queue, payload, row[0]
+                    limit, o.reason, o.traceback, o.id, queue, payload, row[0]
                 )
                 db.execute(
                     "INSERT OR REPLACE INTO dead "
                     "(id, queue, payload, reason, traceback, died, okey) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (o.id, o.queue, payload, reason, trace, now, row[0]),
+                    (o.id, queue, payload, reason, trace, now, row[0]),
                 )
                 dead = True
             elif o.kind == "retry":

@@ -225,7 +225,8 @@ while i <= #ARGV do
     wake(qq, true)  -- a new due time: a waiting worker re-reads its deadline
   elseif kind == 'dead' then
     local d = cjson.decode(extra)
-    -- Without a payload of its own, it keeps the one it was claimed with.
+    -- Without a queue or a payload of its own, it keeps the one it was claimed with.
+    if d.queue == '' then d.queue = qof(id) or '' end
     if d.payload == nil then d.payload = redis.call('HGET', p..'jobs', id) or '' end
     redis.call('HDEL', p..'jobs', id)
     redis.call('HDEL', p..'meta', id)

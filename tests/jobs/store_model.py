@@ -211,7 +211,9 @@ class Model:
             self._leave(job.id)
             # Without a payload of its own, it keeps the one it was claimed with.
             payload = job.payload if outcome.payload is None else outcome.payload
-            self.dead[job.id] = Dead(outcome.queue, payload, outcome.reason, job.key)
+            # Without a queue (''), it keeps the one it was claimed from.
+            queue = outcome.queue or job.queue
+            self.dead[job.id] = Dead(queue, payload, outcome.reason, job.key)
         elif outcome.kind == "retry":
             payload = job.payload if outcome.payload is None else outcome.payload
             job.payload, job.due, job.retrying = payload, outcome.due, True

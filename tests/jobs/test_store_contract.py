@@ -314,3 +314,19 @@ async def test_an_outcomes_payload_no_store_keeps_fails_its_job_only(
     assert dead["retried"].reason.startswith(f"job retried: its retry payload {f'p{text}'!r} ")
     assert "the store keeps the payload it was claimed with" in dead["retried"].reason
     assert f"job dead: its dead payload {f'p{text}'!r} holds" in caplog.text
+
+
+async def test_a_death_without_a_queue_keeps_the_claimed_one(backend: Backend) -> None:
+    # PostgreSQL kept the queue the job was claimed from; memory, SQLite and
+    # Redis kept '' (an Outcome's default), so the dead job, retried, went to a
+    # queue no worker reads (memory refused it, and lost it from the dead set).
+    now = time.time()
+    await backend.push([Envelope("job", "a", "p1")], now)
+    (claim,) = await backend.cycle([], ["a"], 1, "w", 30.0, now)
+    await backend.cycle(
+        [Outcome("job", "dead", reason="why", token=claim.token)], [], 0, "w", 30.0, now
+    )
+    assert [(d.id, d.queue) for d in await backend.dead_jobs()] == [("job", "a")]
+    assert await backend.retry_dead(["job"], now) == 1
+    (again,) = await backend.cycle([], ["a"], 1, "w", 30.0, now)
+    assert (again.id, again.queue, again.payload) == ("job", "a", "p1")

@@ -201,10 +201,11 @@ class StoreMachine(RuleBasedStateMachine):
         if kind == "dead":
             reason = self.fresh("why")
             payload = data.draw(st.sampled_from((self.fresh("p"), None)), "payload")
+            queue = data.draw(st.sampled_from((claim.queue, "")), "queue")
             return Outcome(
                 claim.id,
                 "dead",
-                claim.queue,
+                queue,
                 payload,
                 reason=reason,
                 traceback="tb",
