@@ -13,10 +13,11 @@ loader and handler.
 
 This module is built on batchy's public API and on the waiter protocol of
 :class:`batchy.Future` (a future wakes each waiter's ``_on_done`` when it is
-resolved): each DataLoader owns one uncached :func:`batchy.batched` loader
-(which removes duplicate keys within a batch) and keeps its own cache, because
-in the DataLoader contract the cache belongs to the loader instance (one
-instance per request), not to a scope.
+resolved; ``_fail_unread`` fails one nothing waits on so that its error is
+logged if it is collected unread): each DataLoader owns one uncached
+:func:`batchy.batched` loader (which removes duplicate keys within a batch) and
+keeps its own cache, because in the DataLoader contract the cache belongs to
+the loader instance (one instance per request), not to a scope.
 
 What ``load()`` returns
 -----------------------
@@ -42,7 +43,9 @@ returns False, ``set_result()`` / ``set_exception()`` of one raise
 run as soon as the load is done (at once if it already is), not one loop
 iteration later; an error in one is logged, not raised. ``load_many()`` returns
 a :class:`batchy.Future` over the keys' shared futures: cancelling it fails it
-and leaves the keys alone.
+and leaves the keys alone. A load that fails with nothing waiting on it (never
+awaited) logs its error if it is collected unread, as asyncio logs "Future
+exception was never retrieved".
 
 The contract, as graphql/dataloader documents it:
 
@@ -80,7 +83,7 @@ from typing import Any, Generic, TypeVar
 # Only names batchy exports (this module is a layer above the engine), taken from
 # their modules because the package itself imports this one.
 from ._errors import InvalidKeyError, LoaderError, UsageError, short_repr
-from ._future import Future, failed, resolved
+from ._future import Future, _fail_unread, failed, resolved
 from ._gather import gather
 from ._loader import Loader, batched
 from ._scope import Scope
@@ -166,7 +169,7 @@ class LoadFuture(Future[V]):
         self._key = key
         self._shared = None
         if shared.done():
-            self._copy_from(shared)
+            self._on_done(shared)
         else:
             self._shared = shared
             shared._add_waiter(self)
@@ -204,6 +207,11 @@ class LoadFuture(Future[V]):
         # while the shared future was waking its waiters.
         self._shared = None
         if self._state == _PENDING:
+            if fut._state == _FAILED and self._waiters is None:
+                # Nothing waits on this load (never awaited): its error is logged if
+                # it is collected unread, as asyncio does for an aiodataloader load.
+                _fail_unread(self, fut._value)
+                return
             # Future._copy_from and _wake, inlined: this runs once per load.
             self._state = fut._state
             self._value = fut._value
@@ -516,9 +524,12 @@ class DataLoader(Generic[K, V]):
             else:
                 shared._waiters = [waiters, fut]
         else:  # cached and done: take the outcome now
-            fut._state = state
-            fut._value = shared._value
             fut._shared = None
+            if state == _FAILED:
+                _fail_unread(fut, shared._value)  # (logged if never read, as above)
+            else:
+                fut._state = state
+                fut._value = shared._value
         return fut
 
     def load_many(self, keys: Iterable[K]) -> Future[list[V]]:

@@ -407,14 +407,16 @@ def test_a_read_future_is_back_to_its_own_class() -> None:
     assert batchy.run(parent()) is True
 
 
+async def slow_db_down(keys: list[int]) -> list[int]:
+    """A DataLoader's batch function that fails, after its loads had time to be awaited."""
+    await asyncio.sleep(0.01)
+    raise RuntimeError("db down")
+
+
 async def test_a_dataloader_batch_whose_loads_were_all_cancelled_logs_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async def batch(keys: list[int]) -> list[int]:
-        await asyncio.sleep(0.01)
-        raise RuntimeError("db down")
-
-    loader = DataLoader(batch)
+    loader = DataLoader(slow_db_down)
     load = loader.load(1)
     load.cancel()  # the key stays in its batch, which fails with nobody to tell
     await asyncio.sleep(0.05)
@@ -441,4 +443,58 @@ async def test_a_key_whose_asker_was_cancelled_fails_without_a_log(
     task.cancel()
     await asyncio.sleep(0.05)  # the batch fails meanwhile
     assert task.done()
+    assert unread_errors(caplog) == []
+
+
+async def test_a_dataloader_load_that_fails_unawaited_logs_its_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # asyncio logs "Future exception was never retrieved" for an aiodataloader
+    # load nobody awaited; a DataLoader's load failed in silence, whether its
+    # batch raised or its key's value was an error (the cached one too).
+    async def batch(keys: list[int]) -> list[Any]:
+        if 1 in keys:
+            raise RuntimeError("db down")
+        return [LookupError(f"no row {k}") for k in keys]
+
+    loader = DataLoader(batch, name="users")
+    for key in (1, 2, 2):  # the last: the cached error, forgotten again
+        load = loader.load(key)  # the forgotten await
+        while not load.done():  # (done() reads nothing, as for an asyncio future)
+            await asyncio.sleep(0)
+        del load
+    texts = unread_errors(caplog)
+    assert len(texts) == 3, texts
+    assert sorted(t.split(" failed with ")[0] for t in texts) == [
+        "batchy: <LoadFuture 'users' key=1 failed>",
+        "batchy: <LoadFuture 'users' key=2 failed>",
+        "batchy: <LoadFuture 'users' key=2 failed>",
+    ]
+    assert sum("RuntimeError: db down" in t for t in texts) == 1
+    assert sum("LookupError: no row 2" in t for t in texts) == 2
+    assert all("Yield or await every task you start and every key you ask for" in t for t in texts)
+
+
+async def test_a_dataloader_load_read_or_whose_waiter_was_cancelled_logs_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loader = DataLoader(slow_db_down)
+    awaited, peeked, called_back = loader.load(1), loader.load(2), loader.load(3)
+    called_back.add_done_callback(lambda load: None)
+    waiter = asyncio.ensure_future(loader.load(4))
+    await asyncio.sleep(0)  # the waiter waits on its load
+    waiter.cancel()
+
+    @batchy.task
+    def handler() -> Any:
+        return (yield loader.load(5))
+
+    task = handler().start()
+    await asyncio.sleep(0)
+    task.cancel()  # its load had a waiter, which stopped waiting
+    with pytest.raises(RuntimeError, match="db down"):
+        await awaited
+    assert isinstance(peeked.exception(), RuntimeError)
+    assert waiter.cancelled() and task.done()
+    del awaited, peeked, called_back, waiter, task
     assert unread_errors(caplog) == []
