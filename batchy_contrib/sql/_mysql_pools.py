@@ -1,8 +1,9 @@
 """aiomysql pools for :mod:`batchy_contrib.sql.mysql`: options from a URL, opening in bounded time,
 closing with the loop.
 
-:func:`open_pool` makes a pool whose first connections must be made within
-``connect_timeout``, the server's greeting included. :func:`close_pool`
+:func:`open_pool` makes a pool whose every connection (its first ones, and
+those it makes as it grows) must be made within ``connect_timeout``, the
+server's greeting included. :func:`close_pool`
 closes a pool in its own loop as that loop shuts down
 (:class:`._sql_loops.PerLoop` calls it). :func:`abandon_pool` is for a pool
 whose loop was closed without that step: nothing may go through a closed loop,
@@ -91,26 +92,44 @@ def url_options(
 
 
 async def open_pool(options: dict[str, Any]) -> Any:
-    """A new aiomysql pool, its ``minsize`` first connections made within ``connect_timeout``.
+    """A new aiomysql pool whose every connection is made within ``connect_timeout``:
+    its ``minsize`` first ones, and those it makes as it grows (or refills).
 
     Why the time limit is ours: aiomysql's ``connect_timeout`` bounds only the
     TCP connect, not the wait for the server's greeting that follows. A server
     that accepts connections and says nothing (overloaded, a proxy whose
     backend is gone) held the opening forever, and every call of a loop waits
-    on its one opening. Cancelled mid-greeting, aiomysql closes the half-open
-    connection itself. The error is aiomysql's own for a server it cannot
-    reach, so the loaders tell it as one.
+    on its one opening; a connection made later, for a call that found the
+    others in use, held that call forever (with no ``timeout=``) and the pool's
+    lock with it, so every later call of the loop waited too. Cancelled
+    mid-greeting, aiomysql closes the half-open connection itself. The error is
+    aiomysql's own for a server it cannot reach, so the loaders tell it as one.
     """
-    seconds = options.get("connect_timeout")
+    seconds, host = options.get("connect_timeout"), options.get("host")
     try:
         async with asyncio.timeout(seconds):
-            return await aiomysql.create_pool(**options)
+            pool = await aiomysql.create_pool(**options)
     except TimeoutError as error:
-        raise pymysql.err.OperationalError(
-            CR.CR_CONN_HOST_ERROR,
-            f"Can't connect to MySQL server on {options.get('host')!r}: no greeting within "
-            f"{seconds} s (connect_timeout)",
-        ) from error
+        raise _no_greeting(host, seconds) from error
+    fill = pool._fill_free_pool  # where the pool connects, holding its lock
+
+    async def fill_in_time(override_min: bool) -> None:
+        try:
+            async with asyncio.timeout(seconds):
+                await fill(override_min)
+        except TimeoutError as error:
+            raise _no_greeting(host, seconds) from error
+
+    pool._fill_free_pool = fill_in_time
+    return pool
+
+
+def _no_greeting(host: object, seconds: float | None) -> pymysql.err.OperationalError:
+    return pymysql.err.OperationalError(
+        CR.CR_CONN_HOST_ERROR,
+        f"Can't connect to MySQL server on {host!r}: no greeting within {seconds} s "
+        "(connect_timeout)",
+    )
 
 
 async def close_pool(pool: Any) -> None:

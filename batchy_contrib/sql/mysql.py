@@ -218,7 +218,8 @@ class Database(SQLDatabase):
         Nothing connects here, so a server that is down fails the first loader
         call (and the next call tries again). So does one that accepts
         connections and never answers: ``connect_timeout`` (``timeout``'s by
-        default, or 60 s) bounds the opening, the server's greeting included.
+        default, or 60 s) bounds the opening, the server's greeting included,
+        and each connection the pool makes as it grows.
         """
         host, options = url_options("mysql.Database.from_url()", url, minsize, maxsize, timeout)
         options.update(pool_options)
@@ -619,13 +620,13 @@ async def connect(
 
     The pool uses ``autocommit=True``; ``pool_options`` go to
     :func:`aiomysql.create_pool`; ``connect_timeout`` (``timeout``'s by
-    default, or 60 s) bounds making the ``minsize`` first connections, the
-    server's greeting included. With ``minsize=0`` no connection is opened
-    until the first query, so a server that is down fails the first loader
-    call instead of this one. The pool belongs to the running event loop: a
-    call from any other loop fails with :class:`EventLoopError`. For a
-    database declared at import time and used from any loop (``batchy.run``
-    per request), use :meth:`Database.from_url`.
+    default, or 60 s) bounds making the ``minsize`` first connections, and
+    each the pool makes as it grows, the server's greeting included. With
+    ``minsize=0`` no connection is opened until the first query, so a server
+    that is down fails the first loader call instead of this one. The pool
+    belongs to the running event loop: a call from any other loop fails with
+    :class:`EventLoopError`. For a database declared at import time and used
+    from any loop (``batchy.run`` per request), use :meth:`Database.from_url`.
     """
     host, options = url_options("mysql.connect()", url, minsize, maxsize, timeout)
     options.update(pool_options)

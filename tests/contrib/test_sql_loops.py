@@ -7,6 +7,7 @@ when collected. The everyday uses are in tests/contrib/test_sql_lazy.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import sqlite3
 import threading
@@ -14,6 +15,7 @@ import time
 import weakref
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiomysql
 import pytest
@@ -266,6 +268,74 @@ async def test_a_server_that_never_greets_fails_each_call_and_the_next_one_retri
             assert len(accepted) == attempt  # each call connected anew
             assert open_pools(db) == 0 and others() == []  # no opening left pending
         await close_server(server, accepted)
+    assert problems == []
+
+
+async def greets_once(
+    host: str, port: int
+) -> tuple[asyncio.Server, list[asyncio.StreamWriter], list[asyncio.Task[None]]]:
+    """A server whose first connection goes through to ``host:port`` and whose later ones
+    hear nothing: the connections it took, and the tasks relaying the first."""
+    accepted: list[asyncio.StreamWriter] = []
+    relays: list[asyncio.Task[None]] = []
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def first_through(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        if len(accepted) == 1:
+            to_reader, to_writer = await asyncio.open_connection(host, port)
+            accepted.append(to_writer)
+            relays.extend(
+                asyncio.create_task(r) for r in (relay(reader, to_writer), relay(to_reader, writer))
+            )
+
+    return await asyncio.start_server(first_through, "127.0.0.1", 0), accepted, relays
+
+
+async def test_a_pool_growing_towards_a_server_that_never_greets_fails_that_call_only(
+    mysql_url: str,
+) -> None:
+    # aiomysql's connect_timeout bounds the TCP connect only, and open_pool the
+    # pool's first connections: a connection the pool made later (a second call
+    # while the first holds its connection) waited for the greeting forever with
+    # no timeout=, and held the pool's lock meanwhile, so every later call of the
+    # loop waited too.
+    parts = urlsplit(mysql_url)
+    server, accepted, relays = await greets_once(parts.hostname or "", parts.port or 3306)
+    port = server.sockets[0].getsockname()[1]
+    url = f"mysql://root@127.0.0.1:{port}{parts.path}"
+    db = mysql.Database.from_url(url, timeout=None, minsize=1, maxsize=2, connect_timeout=0.3)
+    users = db.query(
+        "SELECT id FROM (SELECT 1 AS id UNION SELECT 2 UNION SELECT 3) AS t WHERE id IN {keys}",
+        key="id",
+        name="users_by_id",
+    )
+    with quiet() as problems:
+        async with batchy.scope():
+            assert await users(1) == {"id": 1}  # the pool's one connection, through
+        held = await db.pool.acquire()  # a call in flight holds it: the next must grow
+        async with asyncio.timeout(30):  # (the test's own limit: it hung here)
+            with pytest.raises(mysql.ConnectionLostError) as info:
+                async with batchy.scope():
+                    await users(2)
+        assert str(info.value) == (
+            f"loader 'users_by_id' cannot reach MySQL at 127.0.0.1:{port} (OperationalError: "
+            "(2003, \"Can't connect to MySQL server on '127.0.0.1': no greeting within 0.3 s "
+            '(connect_timeout)")) while loading keys [2]. Check that the server is running and '
+            "reachable; the next call reconnects."
+        )
+        db.pool.release(held)  # the call in flight ends: its connection serves the next
+        async with batchy.scope():
+            assert await users(3) == {"id": 3}
+        await db.close()
+        await close_server(server, accepted)
+        await asyncio.gather(*relays)
     assert problems == []
 
 
