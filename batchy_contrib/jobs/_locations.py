@@ -15,7 +15,7 @@ from batchy.jobs import Backend, ConfigError
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-__all__ = ["check_postgres_dsn", "redis_client", "redis_from_url", "shown"]
+__all__ = ["REDIS_PROTOCOL", "check_postgres_dsn", "redis_client", "redis_from_url", "shown"]
 
 REDIS_FORM = (
     "write redis://host:6379/1 (a database of its own), rediss://host:6379/1 for TLS, or "
@@ -52,12 +52,24 @@ def redis_client(url: str | aioredis.Redis) -> aioredis.Redis:
     return url
 
 
+#: The protocol of the store's own clients: RESP2: redis-py 8
+#: speaks RESP3 by default, and then no longer checks that a pooled connection is
+#: still open before it sends a command (its RESP3 maintenance notifications skip
+#: that check), so the first command after Redis restarted failed with "Connection
+#: closed by server" though the server was back: an enqueue, a listing. RESP2 is
+#: what the store's scripts were written for, and every redis-py since 5.0 speaks it.
+#: A URL that names another protocol (``?protocol=3``) still decides.
+REDIS_PROTOCOL = 2
+
+
 def redis_from_url(url: str) -> aioredis.Redis:
     """The asyncio client for ``url``; a :class:`ConfigError` if it is no Redis URL."""
     import redis.asyncio as aioredis  # each store's driver only: its extra installs no other
 
     try:
-        client: aioredis.Redis = aioredis.Redis.from_url(url, decode_responses=True)
+        client: aioredis.Redis = aioredis.Redis.from_url(
+            url, decode_responses=True, protocol=REDIS_PROTOCOL
+        )
     except ValueError as error:
         # redis-py's reason names no URL (it may hold a password), so it is shown as is.
         raise ConfigError(

@@ -87,7 +87,7 @@ from . import _redis_counts as _counts
 from . import _redis_runs as _runs
 from . import _redis_scripts as lua
 from . import _redis_views as views
-from ._locations import redis_client
+from ._locations import REDIS_PROTOCOL, redis_client
 from ._redis_admin import RedisOperating
 
 __all__ = ["RedisBackend"]
@@ -108,7 +108,10 @@ class RedisBackend(RedisOperating, views.RedisViews):
 
     ``url`` is a Redis URL (use a database of its own, e.g. ``redis://host:6379/1``)
     or an existing ``redis.asyncio.Redis`` client made with ``decode_responses=True``
-    (enqueueing without an event loop, ``push_sync``, needs a URL).
+    (enqueueing without an event loop, ``push_sync``, needs a URL). Make it with
+    ``protocol=2`` too, as the store makes its own: redis-py 8 speaks RESP3 by
+    default, and then sends the first command after a Redis restart on the old,
+    closed connection, which fails though the server is back.
     """
 
     def __init__(
@@ -195,7 +198,9 @@ class RedisBackend(RedisOperating, views.RedisViews):
                     "makes a blocking client for this), or enqueue from async code with "
                     "'await job.enqueue(...)'"
                 )
-            self._sync = redis.Redis.from_url(self.url, decode_responses=True)
+            self._sync = redis.Redis.from_url(
+                self.url, decode_responses=True, protocol=REDIS_PROTOCOL
+            )
         script = self._sync.register_script(lua.PUSH)
         args = [self.prefix, *self._push_args(envelopes, now)]
         with self._refusals(envelopes):
