@@ -280,6 +280,8 @@ async def _reaching(queue: Queue, command: Awaitable[T]) -> T:
         if not queue.backend.unreachable(error):
             raise
         said = " ".join(str(error).split()).rstrip(".")  # libpq's messages span lines
+        if said.startswith(f"cannot reach {queue.admin.store}: "):
+            raise ConfigError(said) from error  # the store's own line: where, why, what to do
         raise ConfigError(
             f"cannot reach {queue.admin.store}: {type(error).__name__}: {said}; check that "
             "the server is up and that the app's address (DSN or URL) points at it"

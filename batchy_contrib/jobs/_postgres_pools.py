@@ -12,6 +12,12 @@ merely busy is waited for as long as before.
 Both pools also drop a connection the server ended while it was idle, as it is
 taken (a restart ends them all), rather than hand it to a call that would fail.
 
+Every connect of the store is bounded (:data:`CONNECT_WITHIN`, unless the DSN
+sets ``connect_timeout``): a server that accepts connections and never answers
+(a stopped process, a wrong port behind a proxy) held a first enqueue for
+psycopg's default of 130 s. A first connect that fails says which store and
+why (:meth:`Reach.refused`), as a call that finds no connection does.
+
 And psycopg_pool logs a warning for every connect that fails, every connection
 it discards and every reconnect it gives up on; during an outage each of a
 worker's tries (its turns, heartbeats, ticks) starts such connects: a line or two
@@ -24,6 +30,7 @@ are left alone.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,11 +40,33 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from .._pg_idle import server_ended
 from ._postgres_sql import RECONNECT_WITHIN
 
-__all__ = ["Quiet", "Reach", "StorePool", "StoreSyncPool", "async_pool", "sync_pool"]
+__all__ = [
+    "CONNECT_WITHIN",
+    "Quiet",
+    "Reach",
+    "StorePool",
+    "StoreSyncPool",
+    "async_pool",
+    "connect_options",
+    "sync_pool",
+]
+
+#: Seconds a connect of the store may take (libpq's ``connect_timeout``: whole
+#: seconds) when neither the DSN nor ``PGCONNECT_TIMEOUT`` sets one.
+CONNECT_WITHIN = 10
 
 _ENDED = "the server ended this connection while idle"
 #: The start of the store's pools' names, as psycopg_pool's log lines show them.
 NAME = "batchy-jobs"
+
+
+def connect_options(dsn: str) -> dict[str, Any]:
+    """The options of the store's connections: autocommit, and a connect that gives up."""
+    options: dict[str, Any] = {"autocommit": True}
+    given = psycopg.conninfo.conninfo_to_dict(dsn)
+    if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
+        options["connect_timeout"] = CONNECT_WITHIN
+    return options
 
 
 class Ours:
@@ -84,6 +113,18 @@ class Reach:
     def connected(self, error: BaseException | None) -> None:
         """A connect ended: with ``error``, or (None) a connection."""
         self.error = None if error is None else " ".join(f"{type(error).__name__}: {error}".split())
+
+    def refused(self, error: psycopg.Error) -> psycopg.OperationalError:
+        """The error for a first connect that failed: the store, the driver's reason, the fix.
+
+        A bare ``OperationalError``, as psycopg's own, so code that catches that, and
+        the store's :meth:`unreachable`, still take it for a store out of reach."""
+        self.connected(error)
+        return psycopg.OperationalError(
+            f"cannot reach {self.where}: {self.error}; this call sent nothing (an enqueue "
+            "enqueued nothing), and the next one connects again. Check that the server is "
+            "up and that the DSN points at it (host, port, database, user and password)"
+        )
 
     def timed_out(self, waited: float, wait: float) -> None:
         """A call waited ``waited`` of its ``wait`` s for a connection, in vain: raise
@@ -162,7 +203,7 @@ def async_pool(
         name=_quiet(reach.where),
         min_size=min(4, max_size),
         max_size=max_size,
-        kwargs={"autocommit": True},
+        kwargs=connect_options(dsn),
         connection_class=Noted,
         configure=configure,
         check=still_open,
@@ -201,7 +242,7 @@ def sync_pool(dsn: str, reach: Reach, max_size: int) -> StoreSyncPool:
         name=_quiet(f"{reach.where} (blocking)"),
         min_size=1,
         max_size=max_size,
-        kwargs={"autocommit": True},
+        kwargs=connect_options(dsn),
         connection_class=Noted,
         check=still_open,
         reconnect_timeout=RECONNECT_WITHIN,  # as the store's own pool

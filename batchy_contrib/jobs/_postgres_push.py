@@ -30,7 +30,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from batchy.jobs import ConfigError, Envelope
 
-from ._postgres_pools import Reach, sync_pool
+from ._postgres_pools import Reach, connect_options, sync_pool
 from ._postgres_schema import Names, ensure_sync
 from ._postgres_sql import KEY_WAIT_SECONDS
 
@@ -178,7 +178,11 @@ class PostgresPushing:
             if self._sync is not None:
                 return self._sync
 
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
+            try:
+                first = psycopg.connect(self.dsn, **connect_options(self.dsn))
+            except psycopg.OperationalError as error:
+                raise self._reach.refused(error) from error
+            with first as conn:
                 if not self._schema_ready:
                     ensure_sync(conn, self.names)
                     self._schema_ready = True

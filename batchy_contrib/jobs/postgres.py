@@ -70,7 +70,7 @@ from ._locations import check_postgres_dsn
 from ._postgres_admin import PostgresOperating
 from ._postgres_later import PutOff
 from ._postgres_listen import Listener
-from ._postgres_pools import Reach, async_pool
+from ._postgres_pools import Reach, async_pool, connect_options
 from ._postgres_push import PUSH, PUSH_ONE, SERVER_ID, PostgresPushing, first_text
 from ._postgres_schema import MigrationTimeout, Names, SchemaVersionError, ensure_async
 
@@ -187,7 +187,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         return self._reach.error
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        return await psycopg.AsyncConnection.connect(self.dsn, **connect_options(self.dsn))
 
     async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self._own.add(conn.info.backend_pid)
@@ -226,7 +226,11 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
     async def _open(self) -> AsyncConnectionPool[Any]:
         pool = async_pool(self.dsn, self._reach, self.pool_size, self._configure)
         try:
-            async with await self._connect() as conn:
+            try:
+                first = await self._connect()
+            except psycopg.OperationalError as error:
+                raise self._reach.refused(error) from error
+            async with first as conn:
                 self._database = conn.info.dbname
                 self._server = first_text(await (await conn.execute(SERVER_ID)).fetchone())
                 if not self._schema_ready:

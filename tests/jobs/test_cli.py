@@ -356,9 +356,14 @@ def test_a_store_the_tools_cannot_reach_is_one_line_not_a_traceback(
     assert done.value.code == 2
     (line,) = [x for x in err.splitlines() if x.startswith("batchy: error:")]
     assert line.startswith(f"batchy: error: {said}"), line
+    # The PostgreSQL store's own error names the store and the fix: the tool says it as is.
     assert line.endswith(
-        "; check that the server is up and that the app's address (DSN or URL) points at it"
-    )
+        "Check that the server is up and that the DSN points at it (host, port, database, "
+        "user and password)"
+        if "PostgreSQL" in said
+        else "; check that the server is up and that the app's address (DSN or URL) points at it"
+    ), line
+    assert line.count("cannot reach") == 1, line
     assert "Traceback" not in err and "secret" not in err
 
 
