@@ -152,6 +152,39 @@ def _taken(names: Names, error: psycopg.Error) -> str:
     )
 
 
+# A role without the rights the store needs: PostgreSQL names the object it refused
+# ("permission denied for database app"), not the store, nor the GRANT that fixes it.
+_DENIED = psycopg.errors.InsufficientPrivilege
+
+
+def _denied(names: Names, conn: Any, error: psycopg.Error, making: bool) -> str:
+    """Why the role of ``conn`` cannot read (or, ``making``, create or migrate) the schema."""
+    role, database, said = conn.info.user, conn.info.dbname, str(error).splitlines()[0]
+    if making:
+        return (
+            f"cannot create or migrate the job schema {names.schema!r} in database "
+            f"{database!r} as role {role!r} ({said}): that needs CREATE on the database (the "
+            "first time) and ownership of the schema's tables (a migration). Run `await "
+            "backend.migrate()` once at deploy time as a role that has them (the owner of the "
+            f"database), or GRANT CREATE ON DATABASE {_ident(database)} TO {_ident(role)}; "
+            "nothing was created"
+        )
+    s, r = names.quoted, _ident(role)
+    return (
+        f"cannot read the job schema {names.schema!r} in database {database!r} as role "
+        f"{role!r} ({said}): the store's role needs USAGE on the schema, SELECT, INSERT, "
+        "UPDATE and DELETE on its tables, USAGE on its sequences and EXECUTE on its "
+        f"functions. As the schema's owner: GRANT USAGE ON SCHEMA {s} TO {r}; GRANT SELECT, "
+        f"INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {r}; GRANT USAGE ON ALL "
+        f"SEQUENCES IN SCHEMA {s} TO {r}; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r}"
+    )
+
+
+def _ident(name: str) -> str:
+    """``name`` as SQL spells an identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 async def ensure_async(conn: psycopg.AsyncConnection[object], names: Names) -> None:
     """Create or migrate the schema through ``conn`` (an autocommit connection)."""
     try:
@@ -159,6 +192,15 @@ async def ensure_async(conn: psycopg.AsyncConnection[object], names: Names) -> N
             return
     except _MISSING:
         pass
+    except _DENIED as error:
+        raise ConfigError(_denied(names, conn, error, making=False)) from error
+    try:
+        await _make_async(conn, names)
+    except _DENIED as error:
+        raise ConfigError(_denied(names, conn, error, making=True)) from error
+
+
+async def _make_async(conn: psycopg.AsyncConnection[object], names: Names) -> None:
     for attempt in _Attempts(names):
         try:
             async with conn.transaction():
@@ -186,6 +228,15 @@ def ensure_sync(conn: psycopg.Connection[object], names: Names) -> None:
             return
     except _MISSING:
         pass
+    except _DENIED as error:
+        raise ConfigError(_denied(names, conn, error, making=False)) from error
+    try:
+        _make_sync(conn, names)
+    except _DENIED as error:
+        raise ConfigError(_denied(names, conn, error, making=True)) from error
+
+
+def _make_sync(conn: psycopg.Connection[object], names: Names) -> None:
     for attempt in _Attempts(names):
         try:
             with conn.transaction():

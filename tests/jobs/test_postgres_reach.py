@@ -1,16 +1,17 @@
-"""A new PostgreSQL store's first contact: a server it cannot reach."""
+"""A new PostgreSQL store's first contact: a server it cannot reach, and a role without the rights."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from batchy.jobs import Envelope, Queue
+from batchy.jobs import ConfigError, Envelope, Queue
 from batchy_contrib.jobs import _postgres_pools
 from batchy_contrib.jobs.postgres import PostgresBackend
 
@@ -108,3 +109,95 @@ def test_the_connect_timeout_of_the_dsn_or_environment_is_kept(
     assert options("host=db dbname=app connect_timeout=30") == {"autocommit": True}
     monkeypatch.setenv("PGCONNECT_TIMEOUT", "4")
     assert options("postgresql://db/app") == {"autocommit": True}
+
+
+@pytest.fixture
+def role(postgres_dsn: str) -> Iterator[str]:
+    """A login role with no rights beyond PUBLIC's (and no CREATE on the database)."""
+    name = f"batchy_role_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {name} LOGIN")
+        # PUBLIC may hold CREATE on the test database: this role must not.
+        database = admin.info.dbname
+        granted = admin.execute(
+            "SELECT has_database_privilege('public', current_database(), 'CREATE')"
+        ).fetchone()
+    if granted and granted[0]:
+        pytest.skip(f"PUBLIC holds CREATE on database {database}; the role would have it too")
+    yield name
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f"DROP OWNED BY {name}")
+        admin.execute(f"DROP ROLE {name}")
+
+
+def _as(dsn: str, role: str) -> str:
+    return psycopg.conninfo.make_conninfo(dsn, user=role)
+
+
+async def test_a_role_that_cannot_create_the_schema_is_told_what_it_needs(
+    postgres_dsn: str, postgres_schema: str, role: str
+) -> None:
+    # It raised psycopg's "permission denied for database test": nothing said that the
+    # store was creating its schema, nor which grant (or deploy step) fixes it.
+    store = PostgresBackend(_as(postgres_dsn, role), schema=postgres_schema)
+    database = psycopg.conninfo.conninfo_to_dict(postgres_dsn).get("dbname", "test")
+    try:
+        with pytest.raises(ConfigError) as info:
+            await store.migrate()
+        with pytest.raises(ConfigError) as sync_info:
+            store.push_sync([Envelope("a", "default", "{}")], time.time())
+    finally:
+        await store.close()
+    for error in (info.value, sync_info.value):
+        assert str(error) == (
+            f"cannot create or migrate the job schema {postgres_schema!r} in database "
+            f"{database!r} as role {role!r} (permission denied for database {database}): "
+            "that needs CREATE on the database (the first time) and ownership of the schema's "
+            "tables (a migration). Run `await backend.migrate()` once at deploy time as a role "
+            "that has them (the owner of the database), or GRANT CREATE ON DATABASE "
+            f'"{database}" TO "{role}"; nothing was created'
+        )
+        assert isinstance(error.__cause__, psycopg.errors.InsufficientPrivilege)
+
+
+async def test_a_role_without_rights_on_a_made_schema_is_told_the_grants(
+    postgres_dsn: str, postgres_schema: str, role: str
+) -> None:
+    owner = PostgresBackend(postgres_dsn, schema=postgres_schema)
+    await owner.migrate()
+    await owner.close()
+    store = PostgresBackend(_as(postgres_dsn, role), schema=postgres_schema)
+    queue = Queue(store)
+
+    @queue.job(name="hello")
+    async def hello(x: int) -> None: ...
+
+    try:
+        with pytest.raises(ConfigError) as info:
+            await hello.enqueue(1)
+        with pytest.raises(ConfigError) as sync_info:
+            await asyncio.to_thread(hello.enqueue_sync, 1)
+    finally:
+        await store.close()
+    s, r = f'"{postgres_schema}"', f'"{role}"'
+    for error in (info.value, sync_info.value):
+        message = str(error)
+        assert f"cannot read the job schema {postgres_schema!r} in database " in message
+        assert f"as role {role!r} (permission denied for schema {postgres_schema}): " in message
+        assert message.endswith(
+            "the store's role needs USAGE on the schema, SELECT, INSERT, UPDATE and DELETE on "
+            "its tables, USAGE on its sequences and EXECUTE on its functions. As the schema's "
+            f"owner: GRANT USAGE ON SCHEMA {s} TO {r}; GRANT SELECT, INSERT, UPDATE, DELETE ON "
+            f"ALL TABLES IN SCHEMA {s} TO {r}; GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO "
+            f"{r}; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r}"
+        ), message
+        assert message.startswith("cannot enqueue job 'hello'"), message
+    # The grants it names are enough.
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        for grant in str(info.value).split("As the schema's owner: ")[1].split("; "):
+            admin.execute(grant)  # type: ignore[arg-type]
+    store = PostgresBackend(_as(postgres_dsn, role), schema=postgres_schema)
+    try:
+        assert await store.push([Envelope("a", "default", "{}")], time.time()) == [True]
+    finally:
+        await store.close()
