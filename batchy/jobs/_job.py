@@ -60,6 +60,10 @@ class Owner(Store, Protocol):
     def _announce(self, message: Message) -> None: ...
 
 
+#: The keyword arguments of :meth:`JobType.options`, for a mistake's message.
+_OPTION_NAMES = ("delay", "at", "retries", "queue", "id", "key", "connection")
+
+
 @dataclass(frozen=True, slots=True)
 class JobCall:
     """One call of a job type with its arguments and enqueue options, not yet enqueued."""
@@ -257,9 +261,22 @@ class JobType(Generic[P, T]):
         if problem is not None:
             raise ArgumentError(
                 f"job {self.name!r} cannot take args={call.args!r} kwargs={call.kwargs!r}: "
-                f"{problem}; its handler takes {self.describe_parameters()}; nothing was "
-                "enqueued"
+                f"{problem}; its handler takes {self.describe_parameters()}"
+                f"{self._options_hint(call.kwargs)}; nothing was enqueued"
             )
+
+    def _options_hint(self, kwargs: Mapping[str, Any]) -> str:
+        """Where enqueue options passed as the handler's arguments go: ``options(...)``."""
+        taken = () if self.parameters is None else self.parameters.parameters
+        given = [name for name in kwargs if name in _OPTION_NAMES and name not in taken]
+        if not given:
+            return ""
+        spelled = ", ".join(f"{name}=..." for name in given)
+        job = getattr(self.fn, "__name__", "job")
+        return (
+            f"; {spelled} {'is an enqueue option' if len(given) == 1 else 'are enqueue options'}"
+            f", not the handler's: {job}.options({spelled}).enqueue(...)"
+        )
 
     def order_key(self, call: JobCall) -> str | None:
         """The ordering key a call is stored under (``group:value``), or None if unordered."""

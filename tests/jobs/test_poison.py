@@ -360,6 +360,38 @@ def test_arguments_are_bound_at_enqueue(queue: Queue) -> None:
     assert f.enqueue_sync(tag="ok").id
 
 
+def test_an_enqueue_option_passed_to_the_handler_names_options(queue: Queue) -> None:
+    # `await send_welcome.enqueue(42, connection=conn)` said only "unexpected keyword
+    # argument 'connection'": nothing pointed at options(connection=...).
+    @queue.job(name="mail.welcome")
+    async def send_welcome(user_id: int) -> None: ...
+
+    with pytest.raises(ArgumentError) as info:
+        send_welcome.enqueue_sync(42, connection=object())  # type: ignore[call-arg]
+    message = str(info.value)
+    assert "unexpected keyword argument 'connection'; its handler takes (user_id); " in message
+    assert message.endswith(
+        "; connection=... is an enqueue option, not the handler's: "
+        "send_welcome.options(connection=...).enqueue(...); nothing was enqueued"
+    )
+    with pytest.raises(ArgumentError) as info:
+        send_welcome.enqueue_sync(42, delay=5, key="k")  # type: ignore[call-arg]
+    assert "; delay=..., key=... are enqueue options, not the handler's: " in str(info.value)
+    assert "send_welcome.options(delay=..., key=...).enqueue(...)" in str(info.value)
+
+    # A handler that takes a parameter of an option's name gets it; no hint for others.
+    @queue.job(name="mail.later")
+    async def later(delay: int) -> None: ...
+
+    with pytest.raises(ArgumentError) as info:
+        later.enqueue_sync(delay=1, queue="low")  # type: ignore[call-arg]
+    assert "queue=... is an enqueue option" in str(info.value)
+    assert "delay=..." not in str(info.value)
+    with pytest.raises(ArgumentError) as info:
+        later.enqueue_sync(dealy=1)  # type: ignore[call-arg]
+    assert "enqueue option" not in str(info.value)
+
+
 async def test_arguments_are_bound_at_async_enqueue(queue: Queue) -> None:
     @queue.job(name="tag.apply")
     async def f(tag: str) -> None: ...
