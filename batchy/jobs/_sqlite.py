@@ -58,7 +58,7 @@ from ._model import (
 )
 from ._records import StoredJob
 from ._sqlite_admin import act, list_jobs, read_jobs, retry_dead, select_dead
-from ._sqlite_app import join_app_transaction, stale_snapshot_noted
+from ._sqlite_app import join_app_transaction, stale_snapshot_noted, usable
 from ._sqlite_counts import TABLE as COUNTS_TABLE
 from ._sqlite_kept import KeptRecords
 from ._sqlite_lock import Transaction as _Transaction
@@ -177,7 +177,7 @@ class SQLiteBackend(KeptRecords, Backend):
         # The application's own connection, in its open transaction: the jobs
         # exist if and only if it commits. Nobody can ring after that commit,
         # so a worker may see them only at its next poll_interval.
-        self._check(envelopes, connection)
+        self._check(envelopes, usable(self, connection))
         join_app_transaction(self, self.file, connection)
         with stale_snapshot_noted(envelopes):
             pushed = insert_jobs(connection, envelopes, sent, _clock.store_now())

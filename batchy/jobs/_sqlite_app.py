@@ -11,7 +11,7 @@ from typing import Any
 from ._errors import ConfigError
 from ._model import Envelope
 
-__all__ = ["join_app_transaction", "stale_snapshot_noted"]
+__all__ = ["join_app_transaction", "stale_snapshot_noted", "usable"]
 
 _BUSY_SNAPSHOT = 517  # SQLITE_BUSY_SNAPSHOT, an extended code sqlite3 does not name
 
@@ -25,14 +25,9 @@ def join_app_transaction(store: object, path: str, connection: Any) -> None:
     key's head, and another writer could add a head in between. The app's
     ``commit()`` ends it as it would its own.
     """
-    if not isinstance(connection, sqlite3.Connection):
-        raise ConfigError(
-            f"{store!r}: connection={connection!r} is not a sqlite3.Connection; pass the "
-            "connection your transaction runs on"
-        )
     # On a cursor of its own: the app's row_factory (a dict factory, say) must not
     # change what is read; its text_factory may give the names as bytes.
-    cursor = connection.cursor()
+    cursor = usable(store, connection).cursor()
     cursor.row_factory = None
     rows = cursor.execute("PRAGMA database_list").fetchall()
     cursor.close()
@@ -43,7 +38,8 @@ def join_app_transaction(store: object, path: str, connection: Any) -> None:
         raise ConfigError(
             f"{store!r}: connection={connection!r} is open on {theirs or 'a memory database'}"
             f", not on this store's file {path}; a transaction can only include jobs "
-            "of the file it writes to"
+            f"of the file it writes to: enqueue through a connection to {path}, or leave "
+            "out connection=; nothing was enqueued"
         )
     if _autocommits(connection):
         raise ConfigError(
@@ -55,6 +51,28 @@ def join_app_transaction(store: object, path: str, connection: Any) -> None:
         )
     if not connection.in_transaction:
         connection.execute("BEGIN IMMEDIATE")
+
+
+def usable(store: object, connection: Any) -> sqlite3.Connection:
+    """``connection``, if it is a sqlite3 connection this thread may use; else :class:`ConfigError`.
+
+    Checked before anything reads through it: a closed one (or one of another
+    thread) raised sqlite3's ``ProgrammingError`` from deep in the store.
+    """
+    if not isinstance(connection, sqlite3.Connection):
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} is not a sqlite3.Connection; pass the "
+            "connection your transaction runs on; nothing was enqueued"
+        )
+    try:
+        connection.cursor().close()  # raises on a closed one, or in another thread
+    except sqlite3.ProgrammingError as error:
+        raise ConfigError(
+            f"{store!r}: connection={connection!r} cannot be used here ({error}); enqueue "
+            "through the open connection your transaction runs on, in the thread that "
+            "opened it; nothing was enqueued"
+        ) from error
+    return connection
 
 
 @contextmanager

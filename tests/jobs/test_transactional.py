@@ -72,9 +72,34 @@ async def test_a_connection_to_another_file_is_refused(tmp_path: Path) -> None:
         await queue.jobs["ship"].options(connection=other).enqueue(1)
     assert str(error.value).endswith(
         f"not on this store's file {tmp_path / 'app.db'}; a transaction can only include "
-        "jobs of the file it writes to"
+        f"jobs of the file it writes to: enqueue through a connection to {tmp_path / 'app.db'}"
+        ", or leave out connection=; nothing was enqueued"
     )
     assert f"is open on {tmp_path / 'other.db'}" in str(error.value)
+
+
+async def test_a_closed_connection_or_one_of_another_thread_is_refused(tmp_path: Path) -> None:
+    # sqlite3's own ProgrammingError ("Cannot operate on a closed database.") came out
+    # of the store, where the PostgreSQL store says which connection and what to do.
+    queue, _, _ = make(tmp_path / "app.db")
+    closed = sqlite3.connect(tmp_path / "app.db")
+    closed.close()
+    with pytest.raises(ConfigError) as error:
+        queue.jobs["ship"].options(connection=closed).enqueue_sync(1)
+    assert str(error.value).endswith(
+        f"{queue.backend!r}: connection={closed!r} cannot be used here (Cannot operate on a "
+        "closed database.); enqueue through the open connection your transaction runs on, in "
+        "the thread that opened it; nothing was enqueued"
+    )
+    assert str(error.value).startswith("cannot enqueue job 'ship'")
+    elsewhere = sqlite3.connect(tmp_path / "app.db")  # check_same_thread: this thread only
+    with pytest.raises(ConfigError) as error:
+        await asyncio.to_thread(queue.jobs["ship"].options(connection=elsewhere).enqueue_sync, 2)
+    assert "SQLite objects created in a thread can only be used in that same thread" in str(
+        error.value
+    )
+    assert str(error.value).endswith("in the thread that opened it; nothing was enqueued")
+    assert (await queue.backend.info(time.time())).queues == ()
 
 
 async def test_a_refused_enqueue_of_many_jobs_names_their_types(tmp_path: Path) -> None:
