@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import datetime
 import decimal
+import inspect
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -141,6 +142,18 @@ class Database(SQLDatabase):
     def __init__(self, pool: Any, *, host: str | None = None, timeout: float | None = 10.0) -> None:
         # from_url passes its PerLoop; anything else is one psycopg pool.
         self._per_loop: PerLoop[Any] | None = pool if isinstance(pool, PerLoop) else None
+        if self._per_loop is None and not inspect.iscoroutinefunction(
+            getattr(pool, "getconn", None)
+        ):
+            # A connection (or a blocking pool) failed only at the first loader call,
+            # as "failed on PostgreSQL at ? (AttributeError: ... 'getconn')".
+            raise UsageError(
+                f"postgres.Database() takes a psycopg_pool.AsyncConnectionPool, got "
+                f"{type(pool).__name__}: the batches of a round run in parallel, each on a "
+                "connection of its own. Use postgres.Database.from_url(url) (a pool per event "
+                "loop, opened on first use) or await postgres.connect(url), or wrap an "
+                "AsyncConnectionPool(url, kwargs={'autocommit': True})"
+            )
         self._fixed: Any = None if self._per_loop is not None else pool
         super().__init__(host or pool_host(self._fixed), timeout=timeout)
         #: The loop a fixed pool belongs to: connect()'s, or the first caller's.

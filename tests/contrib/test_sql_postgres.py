@@ -304,6 +304,30 @@ async def test_a_pool_with_autocommit_off_is_refused(postgres_url: str) -> None:
     )
 
 
+async def test_a_connection_or_a_blocking_pool_is_refused_at_once(postgres_url: str) -> None:
+    # Database(conn) was accepted and failed at the first loader call as "failed on
+    # PostgreSQL at ? (AttributeError: 'AsyncConnection' object has no attribute
+    # 'getconn')"; a blocking pool, as a TypeError of an await.
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+    conn = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+    blocking: ConnectionPool[Any] = ConnectionPool(postgres_url, open=False)
+    try:
+        for wrong in (conn, blocking, "postgresql://db/app"):
+            with pytest.raises(batchy.UsageError) as info:
+                postgres.Database(wrong)
+            assert str(info.value) == (
+                "postgres.Database() takes a psycopg_pool.AsyncConnectionPool, got "
+                f"{type(wrong).__name__}: the batches of a round run in parallel, each on a "
+                "connection of its own. Use postgres.Database.from_url(url) (a pool per event "
+                "loop, opened on first use) or await postgres.connect(url), or wrap an "
+                "AsyncConnectionPool(url, kwargs={'autocommit': True})"
+            )
+    finally:
+        await conn.close()
+
+
 def test_from_url_wants_a_postgresql_url() -> None:
     with pytest.raises(batchy.UsageError) as info:
         postgres.Database.from_url("mysql://root@127.0.0.1/test")
