@@ -8,6 +8,7 @@
     batchy dead retry app.jobs:queue ID... | --all
     batchy enqueue app.jobs:queue app.jobs.send_welcome 42 '"hello"'
     batchy dashboard app.jobs:queue --port 8000      # pip install 'batchy[dashboard]'
+    batchy migrate app.jobs:queue                    # a deploy step: the store's schema
 
 ``APP`` is ``module:attribute`` naming a :class:`batchy.jobs.Queue` (the
 current directory is importable); every command also takes it as ``--app APP``
@@ -199,6 +200,11 @@ def _parser() -> argparse.ArgumentParser:
         "default on a loopback --host without --auth: this machine's names only",
     )  # fmt: skip
 
+    migrate = sub.add_parser(
+        "migrate", help="create the store's schema or bring it to this release's (PostgreSQL)"
+    )
+    app_arguments(migrate)
+
     enqueue = sub.add_parser(
         "enqueue", help="enqueue one job (arguments as JSON)",
         usage="batchy enqueue [-h] [--app APP] [options] [APP] JOB [ARG ...]",
@@ -266,10 +272,10 @@ async def _operate(args: argparse.Namespace) -> int:
 ANSWER_WITHIN = 60.0
 
 
-async def _reaching(queue: Queue, command: Awaitable[T]) -> T:
+async def _reaching(queue: Queue, command: Awaitable[T], within: float | None = ANSWER_WITHIN) -> T:
     """``command``, with a store it cannot reach said in one line (ConfigError), not a traceback."""
     try:
-        async with asyncio.timeout(ANSWER_WITHIN):
+        async with asyncio.timeout(within):
             return await command
     except TimeoutError as error:
         raise ConfigError(
@@ -310,6 +316,21 @@ async def _enqueue(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _migrate(args: argparse.Namespace) -> int:
+    """The store's ``migrate()``, where it has one: a deploy step before the new workers start."""
+    async with _opened(args) as queue:
+        print(f"store: {queue.admin.store}")
+        migrate = getattr(queue.backend, "migrate", None)
+        if migrate is None:
+            print("nothing to migrate: this store makes (and updates) what it keeps as it opens")
+            return 0
+        # No time limit of its own: the migration bounds its waits for locks (and
+        # says who held them), and an index it builds takes what it takes.
+        said = await _reaching(queue, migrate(), within=None)
+        print(said if isinstance(said, str) else "migrated")
+    return 0
+
+
 def _json(job: str, which: str, text: str) -> object:
     try:
         return json.loads(text)
@@ -346,6 +367,7 @@ _COMMANDS = {
     "dead": _operate,
     "enqueue": _enqueue,
     "dashboard": _dashboard,
+    "migrate": _migrate,
 }
 
 

@@ -164,10 +164,10 @@ def _denied(names: Names, conn: Any, error: psycopg.Error, making: bool) -> str:
         return (
             f"cannot create or migrate the job schema {names.schema!r} in database "
             f"{database!r} as role {role!r} ({said}): that needs CREATE on the database (the "
-            "first time) and ownership of the schema's tables (a migration). Run `await "
-            "backend.migrate()` once at deploy time as a role that has them (the owner of the "
-            f"database), or GRANT CREATE ON DATABASE {_ident(database)} TO {_ident(role)}; "
-            "nothing was created"
+            "first time) and ownership of the schema's tables (a migration). Run `batchy migrate "
+            "APP` (or `await backend.migrate()`) once at deploy time as a role that has them "
+            f"(the owner of the database), or GRANT CREATE ON DATABASE {_ident(database)} TO "
+            f"{_ident(role)}; nothing was created"
         )
     s, r = names.quoted, _ident(role)
     return (

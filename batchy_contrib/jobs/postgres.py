@@ -73,6 +73,7 @@ from ._postgres_listen import Listener
 from ._postgres_pools import Reach, async_pool, connect_options
 from ._postgres_push import PUSH, PUSH_ONE, SERVER_ID, PostgresPushing, first_text
 from ._postgres_schema import MigrationTimeout, Names, SchemaVersionError, ensure_async
+from ._postgres_sql import VERSION
 
 __all__ = ["MigrationTimeout", "PostgresBackend", "SchemaVersionError"]
 
@@ -246,9 +247,13 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
             raise
         return pool
 
-    async def migrate(self) -> None:
-        """Create the schema or bring it to this release's version (done on first use anyway)."""
+    async def migrate(self) -> str:
+        """Create the schema or bring it to this release's version (done on first use anyway).
+
+        Run it at deploy time (``batchy migrate app.jobs:queue``), as a role that may
+        create and alter the store's tables; it says the version the schema is at."""
         await self.pool()
+        return f"job schema {self.schema!r} is at version {VERSION}, this release's"
 
     async def _one(self, query: str, params: Sequence[Any] = ()) -> Any:
         async with (await self.pool()).connection() as conn:

@@ -734,3 +734,74 @@ def test_dead_retry_all_says_which_entries_it_left_dead(cli: Cli) -> None:
         "`batchy dead delete ID` drops it)"
     )
     assert cli("dead", "retry", "--all")[1].splitlines()[1].startswith("retried 0 dead job(s); 1 ")
+
+
+def _postgres_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str) -> str:
+    """An app module whose queue is ``store`` (a PostgresBackend(...) expression): its spec."""
+    monkeypatch.chdir(tmp_path)
+    name = f"migrating_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        "from batchy.jobs import Queue\n"
+        "from batchy_contrib.jobs.postgres import PostgresBackend\n"
+        f"queue = Queue({store})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return f"{name}:queue"
+
+
+def _migrate(spec: str, capsys: pytest.CaptureFixture[str]) -> tuple[object, str, str]:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main(["migrate", spec])
+    sys.modules.pop(spec.split(":")[0], None)
+    out, err = capsys.readouterr()
+    return done.value.code, out, err
+
+
+def test_migrate_makes_the_postgres_schema_a_deploy_step(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    postgres_dsn: str,
+    postgres_schema: str,
+) -> None:
+    # The docs said to migrate at deploy time with `await backend.migrate()`: a deploy
+    # script had to write Python for it. `batchy migrate APP` runs it, says where the
+    # schema is, and fails in one line (exit 2) when it cannot.
+    import psycopg
+
+    store = f"PostgresBackend({postgres_dsn!r}, schema={postgres_schema!r})"
+    spec = _postgres_app(tmp_path, monkeypatch, store)
+    for _ in range(2):  # a second run finds it current
+        code, out, err = _migrate(spec, capsys)
+        assert code == 0, err
+        assert out.splitlines() == [
+            f"store: PostgreSQL {postgres_dsn} schema {postgres_schema!r}",
+            f"job schema {postgres_schema!r} is at version 15, this release's",
+        ]
+    with psycopg.connect(postgres_dsn) as conn:
+        row = conn.execute(f'SELECT max(version) FROM "{postgres_schema}".version').fetchone()
+    assert row == (15,)
+
+
+def test_migrate_on_a_store_without_a_schema_says_there_is_nothing_to_do(cli: Cli) -> None:
+    code, out, _ = cli("migrate")
+    assert code == 0
+    assert out.splitlines() == [
+        f"store: SQLite {cli.db}",
+        "nothing to migrate: this store makes (and updates) what it keeps as it opens",
+    ]
+
+
+def test_migrate_that_cannot_reach_the_server_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = "PostgresBackend('postgresql://postgres@127.0.0.1:1/test')"
+    code, _, err = _migrate(_postgres_app(tmp_path, monkeypatch, store), capsys)
+    assert code == 2
+    (line,) = [x for x in err.splitlines() if x.startswith("batchy: error:")]
+    assert line.startswith(
+        "batchy: error: cannot reach PostgreSQL postgresql://postgres@127.0.0.1:1/test schema "
+        "'batchy': OperationalError: connection failed: "
+    ), line
+    assert "Traceback" not in err

@@ -153,8 +153,9 @@ async def test_a_role_that_cannot_create_the_schema_is_told_what_it_needs(
             f"cannot create or migrate the job schema {postgres_schema!r} in database "
             f"{database!r} as role {role!r} (permission denied for database {database}): "
             "that needs CREATE on the database (the first time) and ownership of the schema's "
-            "tables (a migration). Run `await backend.migrate()` once at deploy time as a role "
-            "that has them (the owner of the database), or GRANT CREATE ON DATABASE "
+            "tables (a migration). Run `batchy migrate APP` (or `await backend.migrate()`) once "
+            "at deploy time as a role that has them (the owner of the database), or GRANT CREATE "
+            "ON DATABASE "
             f'"{database}" TO "{role}"; nothing was created'
         )
         assert isinstance(error.__cause__, psycopg.errors.InsufficientPrivilege)
