@@ -110,6 +110,10 @@ class Future(Generic[T_co]):
         if self._waiters is not None:
             self._wake()
 
+    def _fail_unread(self, error: BaseException) -> None:
+        """Fail with ``error``, logged if it is collected unread (:func:`_fail_unread`)."""
+        _fail_unread(self, error)
+
     def _wake(self) -> None:
         """Tell every waiter the future is resolved (each exactly once)."""
         waiters = self._waiters

@@ -13,7 +13,7 @@ loader and handler.
 
 This module is built on batchy's public API and on the waiter protocol of
 :class:`batchy.Future` (a future wakes each waiter's ``_on_done`` when it is
-resolved; ``_fail_unread`` fails one nothing waits on so that its error is
+resolved; its ``_fail_unread`` fails one nothing waits on so that its error is
 logged if it is collected unread): each DataLoader owns one uncached
 :func:`batchy.batched` loader (which removes duplicate keys within a batch) and
 keeps its own cache, because in the DataLoader contract the cache belongs to
@@ -83,7 +83,7 @@ from typing import Any, Generic, TypeVar
 # Only names batchy exports (this module is a layer above the engine), taken from
 # their modules because the package itself imports this one.
 from ._errors import InvalidKeyError, LoaderError, UsageError, short_repr
-from ._future import Future, _fail_unread, failed, resolved
+from ._future import Future, failed, resolved
 from ._gather import gather
 from ._loader import Loader, batched
 from ._scope import Scope
@@ -210,7 +210,7 @@ class LoadFuture(Future[V]):
             if fut._state == _FAILED and self._waiters is None:
                 # Nothing waits on this load (never awaited): its error is logged if
                 # it is collected unread, as asyncio does for an aiodataloader load.
-                _fail_unread(self, fut._value)
+                self._fail_unread(fut._value)
                 return
             # Future._copy_from and _wake, inlined: this runs once per load.
             self._state = fut._state
@@ -526,7 +526,7 @@ class DataLoader(Generic[K, V]):
         else:  # cached and done: take the outcome now
             fut._shared = None
             if state == _FAILED:
-                _fail_unread(fut, shared._value)  # (logged if never read, as above)
+                fut._fail_unread(shared._value)  # (logged if never read, as above)
             else:
                 fut._state = state
                 fut._value = shared._value
