@@ -333,7 +333,7 @@ class Database(SQLDatabase):
                     f"the aiomysql pool for {self.host} has autocommit off: each SELECT "
                     "would leave a transaction open, so aiomysql closes the connection on "
                     "release and reads see a stale snapshot. Create the pool with "
-                    "autocommit=True (batchy_contrib.sql.mysql.connect does)."
+                    "autocommit=True (batchy_contrib.sql.mysql.connect does)"
                 )
             if not self._server_known:
                 self._learn_server(conn)

@@ -235,7 +235,7 @@ class Database(SQLDatabase):
                     f"the psycopg pool for {self.host} serves connections with autocommit off: "
                     "each batch call would send BEGIN and leave a transaction for the pool to "
                     "roll back. Create the pool with kwargs={'autocommit': True} "
-                    "(batchy_contrib.sql.postgres.connect does)."
+                    "(batchy_contrib.sql.postgres.connect does)"
                 )
             yield conn
         finally:

@@ -299,7 +299,7 @@ async def test_a_pool_with_autocommit_off_is_refused(postgres_url: str) -> None:
         f"loader 'items_by_id' raised UsageError: the psycopg pool for {db.host} serves "
         "connections with autocommit off: each batch call would send BEGIN and leave a "
         "transaction for the pool to roll back. Create the pool with "
-        "kwargs={'autocommit': True} (batchy_contrib.sql.postgres.connect does). while "
+        "kwargs={'autocommit': True} (batchy_contrib.sql.postgres.connect does) while "
         "loading keys [1]"
     )
 
