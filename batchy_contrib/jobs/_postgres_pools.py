@@ -25,6 +25,10 @@ a second per process, thousands in an hour, where the worker says once that the
 store is down and once that it is back, and an enqueue raises its error. For the
 store's own pools those lines are kept at DEBUG (:class:`Quiet`); other pools'
 are left alone.
+
+And every connection of the store's (:func:`connect_async`, :func:`connect_sync`,
+both pools) first sets what its steps rely on (:func:`session`), whatever an
+``ALTER ROLE`` or ``ALTER DATABASE ... SET`` of the DBA's says.
 """
 
 from __future__ import annotations
@@ -47,9 +51,15 @@ __all__ = [
     "StorePool",
     "StoreSyncPool",
     "async_pool",
+    "connect_async",
     "connect_options",
+    "connect_sync",
+    "session",
+    "settled",
+    "settled_sync",
     "sync_pool",
 ]
+
 
 #: Seconds a connect of the store may take (libpq's ``connect_timeout``: whole
 #: seconds) when neither the DSN nor ``PGCONNECT_TIMEOUT`` sets one.
@@ -67,6 +77,72 @@ def connect_options(dsn: str) -> dict[str, Any]:
     if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
         options["connect_timeout"] = CONNECT_WITHIN
     return options
+
+
+def session(server_version: int) -> str:
+    """The settings a connection of the store's takes first, for a server of ``server_version``.
+
+    A role's or database's defaults apply to every session, the store's too, and
+    the store's steps were written for PostgreSQL's own:
+
+    - READ COMMITTED. Under SERIALIZABLE or REPEATABLE READ concurrent cycles,
+      heartbeats and pushes failed with serialization errors (a worker said the
+      store was unreachable, an enqueue raised), and workers creating the schema
+      together saw it missing in their snapshot, then found its tables taken.
+    - ``search_path`` of the catalog alone: every table of the store's is named
+      with its schema, and a function of another schema (``public.unnest(text[])``)
+      matches its arguments more closely than the catalog's and would be called.
+    - ``extra_float_digits`` above 0: times are float8 seconds, read back as text,
+      and at -15 a time of 1.7e9 s read back as 2e9.
+    - No ``lock_timeout`` or ``statement_timeout``: the steps bound their own waits
+      (an ordering key's, a migration's); a DBA's 10 ms failed commits that queue
+      for the server's NOTIFY lock, and 50 ms a busy heartbeat.
+    - No idle timeouts: the listening connection is idle by design.
+
+    ``default_transaction_read_only`` is left alone: a database made read-only is
+    refused with a message (see ``_postgres_push``), not written behind its back.
+    """
+    sets = [
+        "default_transaction_isolation = 'read committed'",
+        "search_path = pg_catalog, pg_temp",
+        "extra_float_digits = 3",
+        "lock_timeout = 0",
+        "statement_timeout = 0",
+        "idle_in_transaction_session_timeout = 0",
+    ]
+    if server_version >= 140000:
+        sets.append("idle_session_timeout = 0")  # (new in PostgreSQL 14)
+    return "; ".join("SET " + s for s in sets)
+
+
+async def settled(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncConnection[Any]:
+    """``conn``, its settings set (see :func:`session`); closed if that fails."""
+    try:
+        await conn.execute(session(conn.info.server_version))
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
+
+
+def settled_sync(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """:func:`settled` for a blocking connection."""
+    try:
+        conn.execute(session(conn.info.server_version))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+async def connect_async(dsn: str) -> psycopg.AsyncConnection[Any]:
+    """An autocommit connection of the store's, its settings set."""
+    return await settled(await psycopg.AsyncConnection.connect(dsn, **connect_options(dsn)))
+
+
+def connect_sync(dsn: str) -> psycopg.Connection[Any]:
+    """:func:`connect_async` for a blocking connection."""
+    return settled_sync(psycopg.Connection.connect(dsn, **connect_options(dsn)))
 
 
 class Ours:
@@ -188,7 +264,7 @@ def async_pool(
                 reach.connected(error)
                 raise
             reach.connected(None)
-            return conn
+            return await settled(conn)
 
     async def still_open(conn: psycopg.AsyncConnection[Any]) -> None:
         if server_ended(conn):
@@ -230,7 +306,7 @@ def sync_pool(dsn: str, reach: Reach, max_size: int) -> StoreSyncPool:
                 reach.connected(error)
                 raise
             reach.connected(None)
-            return conn
+            return settled_sync(conn)
 
     def still_open(conn: psycopg.Connection[Any]) -> None:
         if server_ended(conn):  # a restart, a failover: not handed out

@@ -18,6 +18,7 @@ not change how it reads its own result.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -30,11 +31,11 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from batchy.jobs import ConfigError, Envelope
 
-from ._postgres_pools import Reach, connect_options, sync_pool
+from ._postgres_pools import Reach, connect_sync, sync_pool
 from ._postgres_schema import Names, ensure_sync
 from ._postgres_sql import KEY_WAIT_SECONDS
 
-__all__ = ["PUSH", "PUSH_ONE", "SERVER_ID", "PostgresPushing", "first_text"]
+__all__ = ["OPENING", "PUSH", "PUSH_ONE", "SERVER_ID", "PostgresPushing", "first_text", "writable"]
 
 PUSH = (
     "SELECT {s}.push(%s::text[], %s::text[], %s::text[], %s::float8[], %s::text[], "
@@ -58,6 +59,10 @@ _SERVER = (
     "THEN (SELECT system_identifier::text FROM pg_control_system()) END"
 )
 SERVER_ID = f"SELECT {_SERVER}"
+# What the store asks as it opens (the server, then whether it takes writes): a
+# read-only database failed the first enqueue with "cannot execute CREATE SCHEMA
+# in a read-only transaction", or a worker's turn with a page of the cycle's SQL.
+OPENING = f"SELECT {_SERVER}, current_setting('transaction_read_only'), pg_is_in_recovery()"
 # What a push in the app's transaction asks of it first, in one round trip: the
 # isolation level (a boolean too, for a client_encoding such as SQL_ASCII gives
 # text back as bytes) and the server.
@@ -90,6 +95,7 @@ class PostgresPushing:
         raise NotImplementedError  # the store's own
 
     check_envelopes: Callable[[Sequence[Envelope]], None]  # Backend's
+    describe: Callable[[], str]  # Backend's
 
     def _push_call(self, envelopes: Sequence[Envelope], now: float) -> tuple[str, Sequence[Any]]:
         """The push statement for ``envelopes`` and its parameters."""
@@ -122,12 +128,14 @@ class PostgresPushing:
         if connection is None:
             with _keys_fit(self, envelopes, None):
                 return _pushed((await self._all(push, params))[0])
+        began = time.monotonic()
         await self.pool()  # the schema exists before the app's transaction uses it
-        async with await app_cursor(self, connection, _keyed(envelopes)) as cur:
-            await self._add_queues(envelopes)
-            with _keys_fit(self, envelopes, connection):
-                await cur.execute(push, params)
-            return _pushed(await cur.fetchone())
+        with _opened(self, time.monotonic() - began):
+            async with await app_cursor(self, connection, _keyed(envelopes)) as cur:
+                await self._add_queues(envelopes)
+                with _keys_fit(self, envelopes, connection):
+                    await cur.execute(push, params)
+                return _pushed(await cur.fetchone())
 
     async def _add_queues(self, envelopes: Sequence[Envelope]) -> None:
         """Note new queue names through the store's own connection, committed at once.
@@ -151,11 +159,13 @@ class PostgresPushing:
     ) -> list[bool]:
         """``push`` for code without an event loop, on a blocking connection of its own."""
         push, params = self._push_call(envelopes, now)
+        began = time.monotonic()
         pool = self._sync_pool()  # also: the schema exists before the app uses it
         if connection is None:
             with pool.connection() as own, _keys_fit(self, envelopes, None):
                 return _pushed(own.execute(push, params).fetchone())
-        cursor = app_cursor_sync(self, connection, _keyed(envelopes))
+        with _opened(self, time.monotonic() - began):
+            cursor = app_cursor_sync(self, connection, _keyed(envelopes))
         new = self._new_queues(envelopes)
         if new:  # as _add_queues
             with pool.connection() as own:
@@ -179,15 +189,16 @@ class PostgresPushing:
                 return self._sync
 
             try:
-                first = psycopg.connect(self.dsn, **connect_options(self.dsn))
+                first = connect_sync(self.dsn)
             except psycopg.OperationalError as error:
                 raise self._reach.refused(error) from error
             with first as conn:
+                server = writable(self, conn.execute(OPENING).fetchone())
                 if not self._schema_ready:
                     ensure_sync(conn, self.names)
                     self._schema_ready = True
                 self._database = conn.info.dbname
-                self._server = first_text(conn.execute(SERVER_ID).fetchone())
+                self._server = server
             pool = sync_pool(self.dsn, self._reach, self.pool_size)
             try:
                 pool.open(wait=True)
@@ -274,6 +285,27 @@ def _keys_fit(store: object, envelopes: Sequence[Envelope], connection: object) 
         ) from error
 
 
+@contextmanager
+def _opened(store: object, took: float) -> Iterator[None]:
+    """Say why the server ended the application's transaction, if it did for idling.
+
+    The first enqueue of a process opens the store's connections and checks (or
+    creates, or migrates) its schema while the application's transaction waits:
+    longer than a role's idle_in_transaction_session_timeout of 100 ms, say, and
+    the server ended the application's connection with no word of why it idled.
+    """
+    try:
+        yield
+    except psycopg.errors.IdleInTransactionSessionTimeout as error:
+        error.add_note(
+            f"{store!r}: this enqueue first opened the store's connections and checked its "
+            f"schema, which took {took:.2f} s while your transaction waited, longer than the "
+            "server's idle_in_transaction_session_timeout; open the store before your "
+            "transactions begin (await backend.migrate() at start-up); nothing was enqueued"
+        )
+        raise
+
+
 def _listed(keys: list[str]) -> str:
     return ", ".join(repr(k) for k in keys[:3]) + (", ..." if len(keys) > 3 else "")
 
@@ -333,6 +365,29 @@ def app_cursor_sync(
                 connection.rollback()
             raise
     return cursor
+
+
+def writable(store: PostgresPushing, row: tuple[Any, ...] | None) -> Any:
+    """The server's identity from an :data:`OPENING` row; raises if it takes no writes."""
+    values = [first_text(row[i:]) if row else None for i in range(3)]
+    if values[2] is True or values[2] == "t":
+        why = (
+            "it is a standby in recovery (a read replica), where no transaction may write; "
+            "point the store at the primary server"
+        )
+    elif values[1] == "on":
+        why = (
+            "its transactions start read-only (default_transaction_read_only = on, set "
+            "for this role or database); give the store a role or database whose "
+            "transactions may write (ALTER ROLE <role> SET default_transaction_read_only "
+            "= off), or point it at the primary server if this one is a replica"
+        )
+    else:
+        return values[0]
+    raise ConfigError(
+        f"{store.describe()} cannot write: {why}. The store "
+        "writes on every enqueue and every worker's turn; nothing was written"
+    )
 
 
 def first_text(row: tuple[Any, ...] | None) -> Any:

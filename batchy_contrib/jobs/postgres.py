@@ -70,8 +70,8 @@ from ._locations import check_postgres_dsn
 from ._postgres_admin import PostgresOperating
 from ._postgres_later import PutOff
 from ._postgres_listen import Listener
-from ._postgres_pools import Reach, async_pool, connect_options
-from ._postgres_push import PUSH, PUSH_ONE, SERVER_ID, PostgresPushing, first_text
+from ._postgres_pools import Reach, async_pool, connect_async
+from ._postgres_push import OPENING, PUSH, PUSH_ONE, PostgresPushing, writable
 from ._postgres_schema import MigrationTimeout, Names, SchemaVersionError, ensure_async
 from ._postgres_sql import VERSION
 
@@ -188,7 +188,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
         return self._reach.error
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(self.dsn, **connect_options(self.dsn))
+        return await connect_async(self.dsn)
 
     async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self._own.add(conn.info.backend_pid)
@@ -233,7 +233,7 @@ class PostgresBackend(PostgresPushing, PostgresOperating, Backend):
                 raise self._reach.refused(error) from error
             async with first as conn:
                 self._database = conn.info.dbname
-                self._server = first_text(await (await conn.execute(SERVER_ID)).fetchone())
+                self._server = writable(self, await (await conn.execute(OPENING)).fetchone())
                 if not self._schema_ready:
                     await ensure_async(conn, self.names)
                     self._schema_ready = True

@@ -866,6 +866,7 @@ async def test_a_connection_to_another_server_with_a_database_of_the_same_name_i
     from batchy_contrib.jobs import _postgres_push
 
     monkeypatch.setattr(_postgres_push, "SERVER_ID", "SELECT '1'")  # the store's server says 1
+    monkeypatch.setattr(_postgres_push, "OPENING", "SELECT '1', 'off', false")  # (as it opens)
     store._vouched.clear()
     for connect in (psycopg.AsyncConnection.connect, psycopg.Connection.connect):
         connection = connect(postgres_dsn)
