@@ -324,7 +324,15 @@ async def test_a_version_1_schema_is_migrated_to_the_current_one(
         readers = ["advance", "cycle", "heartbeat", "next_due", "push", "retry_dead"]
         waiting = {"push", "retry_dead"}  # for an ordering key, 10 s at most: version 11's
         assert scans == [
-            (name, ["enable_seqscan=off", "jit=off", *(["lock_timeout=10s"] * (name in waiting))])
+            (
+                name,
+                [
+                    "enable_seqscan=off",
+                    "jit=off",
+                    *(["lock_timeout=10s"] * (name in waiting)),
+                    "search_path=pg_catalog, pg_temp",  # version 16's
+                ],
+            )
             for name in readers
         ]
         locks = conn.execute(

@@ -494,7 +494,7 @@ async def test_a_version_14_schema_gets_indexes_in_the_order_of_its_listings(
     store = PostgresBackend(postgres_dsn, schema=at_version_14)
     try:
         await store.migrate()
-        assert _version(postgres_dsn, at_version_14) == VERSION == 15
+        assert _version(postgres_dsn, at_version_14) == VERSION == 16
         assert _indexes(postgres_dsn, at_version_14) == {
             "jobs_ready": "(queue, due, seq) WHERE (state = 0)",
             "jobs_lease": "(lease) WHERE (state = 1)",
