@@ -40,6 +40,23 @@ __all__ = ["Pool", "abandon_pool", "close_pool", "pool_host", "url_options"]
 Conn = psycopg.AsyncConnection[Any]
 
 
+def _readable(conn: Conn) -> str:
+    """What ``conn`` must set for psycopg to read dates and intervals: nothing, usually.
+
+    psycopg parses them only in the ISO and postgres styles, and a role's or
+    database's ``DateStyle`` of 'SQL, DMY' (ALTER ROLE ... SET) failed every batch
+    with a timestamptz column. The server reports both styles as the connection
+    starts, so the usual connection sends nothing more (a pool per request, as
+    ``batchy.run`` in a Flask view makes, connects once per request).
+    """
+    sets = []
+    if not (conn.info.parameter_status("DateStyle") or "ISO").startswith("ISO"):
+        sets.append("SET DateStyle = 'ISO'")
+    if (conn.info.parameter_status("IntervalStyle") or "postgres") != "postgres":
+        sets.append("SET IntervalStyle = 'postgres'")
+    return "; ".join(sets)
+
+
 class PoolClosedError(RuntimeError):
     """The pool was closed: no connection is handed out any more."""
 
@@ -122,6 +139,13 @@ class Pool:
         self._opening += 1
         try:
             conn = await psycopg.AsyncConnection.connect(self.conninfo, **self.kwargs)
+            readable = _readable(conn)
+            if readable:
+                try:
+                    await conn.execute(readable)
+                except BaseException:
+                    await conn.close()
+                    raise
         except BaseException as error:
             # Cut short (a caller's time limit, a cancel), psycopg leaves the
             # half-made connection in a local of its finished frames, which the

@@ -880,3 +880,40 @@ def test_a_date_or_time_key_gets_what_where_gives_it_or_its_own_error(
                     )
 
     on_a_new_pool(postgres_url, check)
+
+
+# -- a DBA's settings for the role or database -----------------------------------------
+
+
+async def test_values_read_back_whole_whatever_the_roles_output_styles(postgres_url: str) -> None:
+    # psycopg reads values as text: a role's DateStyle 'SQL, DMY' failed every batch with
+    # a timestamptz column ("can't parse timestamptz with DateStyle"), its IntervalStyle
+    # 'sql_standard' every one with an interval.
+    role = f"rs_{uuid.uuid4().hex[:8]}"
+    table = f"styled_{role}"
+    _admin(postgres_url, f"CREATE ROLE {role} LOGIN")
+    try:
+        for setting in ("DateStyle = 'SQL, DMY'", "IntervalStyle = 'sql_standard'"):
+            _admin(postgres_url, f"ALTER ROLE {role} SET {setting}")
+        _admin(
+            postgres_url,
+            f"CREATE TABLE {table} (id int PRIMARY KEY, day date, at timestamptz, "
+            f"span interval); GRANT SELECT ON {table} TO {role}; INSERT INTO {table} "
+            "VALUES (1, '2024-03-01', '2024-03-01 12:00:00+00', '1 day 02:03:04')",
+        )
+        parts = urlsplit(postgres_url)
+        url = urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}"))
+        db = await postgres.connect(url, max_size=1)
+        try:
+            (row,) = await load_all(db.one(table), [1])
+        finally:
+            await db.close()
+        assert row == {
+            "id": 1,
+            "day": datetime.date(2024, 3, 1),
+            "at": datetime.datetime(2024, 3, 1, 12, tzinfo=datetime.UTC),
+            "span": datetime.timedelta(days=1, seconds=7384),
+        }
+    finally:
+        _admin(postgres_url, f"DROP TABLE IF EXISTS {table}")
+        _admin(postgres_url, f"DROP ROLE {role}")
