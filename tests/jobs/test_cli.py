@@ -770,6 +770,8 @@ def test_migrate_makes_the_postgres_schema_a_deploy_step(
     # schema is, and fails in one line (exit 2) when it cannot.
     import psycopg
 
+    from batchy_contrib.jobs._postgres_sql import VERSION
+
     store = f"PostgresBackend({postgres_dsn!r}, schema={postgres_schema!r})"
     spec = _postgres_app(tmp_path, monkeypatch, store)
     for _ in range(2):  # a second run finds it current
@@ -777,11 +779,11 @@ def test_migrate_makes_the_postgres_schema_a_deploy_step(
         assert code == 0, err
         assert out.splitlines() == [
             f"store: PostgreSQL {postgres_dsn} schema {postgres_schema!r}",
-            f"job schema {postgres_schema!r} is at version 15, this release's",
+            f"job schema {postgres_schema!r} is at version {VERSION}, this release's",
         ]
     with psycopg.connect(postgres_dsn) as conn:
         row = conn.execute(f'SELECT max(version) FROM "{postgres_schema}".version').fetchone()
-    assert row == (15,)
+    assert row == (VERSION,)
 
 
 def test_migrate_on_a_store_without_a_schema_says_there_is_nothing_to_do(cli: Cli) -> None:
