@@ -124,10 +124,14 @@ async def _failed(request: Request, error: Exception) -> Response:
     dashboard: Dashboard = request.app.state.dashboard
     if dashboard.queue.backend.unreachable(error):
         said = " ".join(str(error).split()).rstrip(".")
-        message = (
-            f"cannot reach {dashboard.admin.store}: {type(error).__name__}: {said}. Check "
-            "that the server is up; this page reloads as it would"
-        )
+        if said.startswith(f"cannot reach {dashboard.admin.store}: "):
+            # The store's own line (where, why, what to do), said once, not wrapped in ours.
+            message = f"{said}; this page reloads as it would"
+        else:
+            message = (
+                f"cannot reach {dashboard.admin.store}: {type(error).__name__}: {said}. Check "
+                "that the server is up; this page reloads as it would"
+            )
         return dashboard.render(
             request, "error.html", {"title": "Store down", "message": message}, 503
         )

@@ -369,9 +369,15 @@ async def test_a_store_that_cannot_be_reached_is_a_page_that_names_it() -> None:
             page = await client.get(path)
             assert page.status_code == 503 and page.headers["content-type"].startswith("text/html")
             (alert,) = re.findall(r'role="alert">(.*?)</p>', page.text)
-            assert htmllib.unescape(alert).startswith(
+            said = htmllib.unescape(alert)
+            assert said.startswith(
                 "cannot reach PostgreSQL postgresql://app:***@127.0.0.1:1/jobs schema 'gone': "
                 'OperationalError: connection failed: connection to server at "127.0.0.1", port 1 '
                 "failed: Connection refused"
+            )
+            assert said.count("cannot reach") == 1  # the store's own line, not wrapped again
+            assert said.endswith(
+                "points at it (host, port, database, user and password); "
+                "this page reloads as it would"
             )
             assert "s3cret" not in page.text
