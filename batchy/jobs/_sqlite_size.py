@@ -134,7 +134,19 @@ def fit_death(limit: int, reason: str, traceback: str, *beside: str | None) -> t
     """``reason`` and ``traceback``, cut to fit in a row beside the dead job's ``beside``."""
     if not _over(reason + traceback, limit, *beside):
         return reason, traceback
-    # The reason's start says what, the traceback's end where; a character is
-    # at most 4 bytes.
-    keep = max(0, (limit - ROOM - sum(map(_size, beside))) // 8)
-    return reason[:keep], traceback[-keep:] if keep else ""
+    # The reason's start says what, the traceback's end where. The reason has the
+    # first claim on the room, at least half of it: cut in halves by a character's
+    # largest size (4 bytes), a reason of a few hundred characters lost its end
+    # (the fix it suggests) beside a traceback of thousands (3.13's are longer).
+    room = max(0, limit - ROOM - sum(map(_size, beside)))
+    reason = _bytes(reason, max(room // 2, room - _size(traceback)), head=True)
+    return reason, _bytes(traceback, room - _size(reason), head=False)
+
+
+def _bytes(text: str, size: int, *, head: bool) -> str:
+    """The start (``head``) or the end of ``text`` in at most ``size`` bytes of UTF-8."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= size:
+        return text
+    part = data[:size] if head else data[len(data) - size :] if size > 0 else b""
+    return part.decode("utf-8", "ignore")  # a character cut in two is left out

@@ -72,8 +72,18 @@ async def test_a_death_too_long_is_cut(tmp_path: Path) -> None:
     why = Outcome("a", "dead", "default", reason="r" * LIMIT * 2, traceback="t" * 9, token=a.token)
     await backend.cycle([why], ["default"], 1, "W", 30.0, 0.0)
     (dead,) = await backend.dead_jobs()
-    assert dead.reason.startswith("rrr") and dead.traceback.endswith("t")
-    assert len(dead.reason) + len(dead.traceback) <= LIMIT // 4
+    # The short traceback is kept whole; the reason takes the rest of the row.
+    assert dead.reason.startswith("rrr") and dead.traceback == "t" * 9
+    assert len(dead.reason) + len(dead.traceback) <= LIMIT - 1024  # the store's own columns
+    # Cut by bytes, never inside a character; a reason of a few hundred characters
+    # beside a long traceback is kept whole (its end says what to do).
+    await backend.push([Envelope("b", "default", "{}")], 0.0)
+    (b,) = await backend.cycle([], ["default"], 1, "W", 30.0, 0.0)
+    why = Outcome("b", "dead", "default", reason="é" * 700, traceback="€" * LIMIT, token=b.token)
+    await backend.cycle([why], ["default"], 1, "W", 30.0, 0.0)
+    dead = next(d for d in await backend.dead_jobs() if d.id == "b")
+    assert dead.reason == "é" * 700 and set(dead.traceback) == {"€"}
+    assert len((dead.reason + dead.traceback).encode()) <= LIMIT - 1024
     await backend.close()
 
 
